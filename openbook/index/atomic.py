@@ -1,0 +1,83 @@
+"""Atomic file and directory replacement, so an interrupted write never leaves a half-written result.
+
+Everything is first written to a temporary name in the destination's own directory (same file system)
+and then renamed into place with :func:`os.replace`, which is atomic on POSIX and Windows.
+"""
+
+import contextlib
+import os
+import shutil
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+
+def fsync_path(path: str | os.PathLike) -> None:
+    """Flush a written file (or, on POSIX, a directory entry) to disk; best effort for directories."""
+    path = Path(path)
+    if path.is_dir() and os.name != "posix":
+        return
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass  # some file systems cannot fsync directories; the rename is still atomic
+    finally:
+        os.close(fd)
+
+
+def _sibling_name(path: Path, purpose: str) -> Path:
+    """A fresh hidden name ``.<name>.<purpose>-<random>`` in the directory of ``path``."""
+    return path.with_name(f".{path.name}.{purpose}-{uuid.uuid4().hex[:12]}")
+
+
+@contextlib.contextmanager
+def atomic_output(path: str | os.PathLike) -> Iterator[Path]:
+    """Yield a new empty temporary file next to ``path``; on success it is fsynced and renamed onto ``path``.
+
+    If the body raises, the temporary file is deleted and ``path`` is left untouched. The file gets the
+    usual permissions (0o666 minus the umask), not the private ones of :func:`tempfile.mkstemp`.
+    """
+    path = Path(path)
+    tmp = _sibling_name(path, "tmp")
+    os.close(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666))
+    try:
+        yield tmp
+        fsync_path(tmp)
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def make_temp_dir_next_to(path: str | os.PathLike, purpose: str = "building") -> Path:
+    """Create and return an empty hidden directory ``.<name>.<purpose>-<random>`` beside ``path``.
+
+    It gets the usual permissions (0o777 minus the umask), so it can be renamed into place as is.
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = _sibling_name(path, purpose)
+    tmp.mkdir(mode=0o777)
+    return tmp
+
+
+def replace_dir(src: str | os.PathLike, dst: str | os.PathLike) -> None:
+    """Move the complete directory ``src`` to ``dst``, replacing any existing ``dst``.
+
+    An existing ``dst`` is first renamed aside and deleted only once ``src`` is in place; if moving
+    ``src`` fails, the old ``dst`` is restored. (Between the two renames ``dst`` briefly does not
+    exist, but it is never half-written.)
+    """
+    src, dst = Path(src), Path(dst)
+    if not dst.exists():
+        os.replace(src, dst)
+    else:
+        backup = _sibling_name(dst, "old")
+        os.replace(dst, backup)
+        try:
+            os.replace(src, dst)
+        except BaseException:
+            os.replace(backup, dst)
+            raise
+        shutil.rmtree(backup, ignore_errors=True)
+    fsync_path(dst.parent)
