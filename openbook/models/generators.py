@@ -1,0 +1,235 @@
+"""Generator adapters: one interface over seq2seq models (BART, T5) and causal LMs.
+
+The RAG layer never talks to a transformers model directly. It asks a :class:`Generator` to
+
+1. ``contexts(questions, passages)``: build the ``B*K`` generator inputs, one per (input, document),
+   laid out input-major (row ``b*K + k``);
+2. ``encode(contexts)``: run the part that depends only on the context once (the seq2seq encoder, or
+   the causal LM's prompt prefill) and keep it as a :class:`Memory`;
+3. ``target_logprobs(memory, rows, targets, mask)``: teacher-forced log-probabilities of answer tokens
+   (training, and rescoring hypotheses in Thorough decoding) reusing that memory;
+4. ``begin(memory, rows)`` / ``DecodeState.step`` / ``reorder`` / ``select``: incremental decoding with a
+   key/value cache, for beam search.
+
+Targets are *answer tokens* ``y_1..y_T`` (no start token); position ``t`` of ``target_logprobs`` is the
+distribution of ``y_t`` given ``y_<t``. A seq2seq generator feeds ``[decoder_start, y_1..y_{T-1}]`` to its
+decoder exactly as transformers' RAG does.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Protocol, Sequence
+
+import torch
+from torch import nn
+from transformers import EncoderDecoderCache, DynamicCache
+
+
+class PassageLike(Protocol):
+    title: str
+    text: str
+
+
+@dataclass
+class Contexts:
+    """Tokenised generator inputs for ``B`` inputs times ``K`` documents (row ``b*K + k``)."""
+
+    input_ids: torch.Tensor  # (B*K, L)
+    attention_mask: torch.Tensor  # (B*K, L)
+    n_docs: int
+    truncated: int = 0  # how many rows were cut at the maximum context length
+
+
+@dataclass
+class Memory:
+    """What a generator computed once per (input, document) row and reuses for every pass."""
+
+    hidden: torch.Tensor | None  # seq2seq encoder output (N, L, H); None for causal LMs
+    attention_mask: torch.Tensor  # (N, L)
+    extra: dict = field(default_factory=dict)  # adapter-specific (prompt caches, last logits)
+
+
+class DecodeState(Protocol):
+    def step(self, tokens: torch.Tensor) -> torch.Tensor:
+        """Feed one token per row ``(N,)``; return next-token logits ``(N, V)`` (float32)."""
+
+    def reorder(self, index: torch.Tensor) -> None:
+        """Beam reordering inside a context group: only the state that depends on the prefix moves."""
+
+    def select(self, index: torch.Tensor) -> None:
+        """Arbitrary row selection/expansion, including the per-context state."""
+
+
+class Generator(nn.Module):
+    """The interface the RAG layer uses; subclasses adapt one family of transformers models."""
+
+    model: nn.Module
+    tokenizer: object
+    is_seq2seq: bool
+    bos_token_id: int | None = None  # a first answer token whose score rescoring may exclude
+    forced_bos_token_id: int | None = None  # decoding constraints from the generation config
+    forced_eos_token_id: int | None = None
+
+    @property
+    def vocab_size(self) -> int:
+        return self.model.get_output_embeddings().weight.shape[0]
+
+    # subclasses implement: contexts, encode, target_logprobs, begin, start_token_id,
+    # eos_token_id, pad_token_id, decode_tokens, encode_targets
+
+    def encode_targets(self, answers: Sequence[str], max_length: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """Tokenise answers into ``(targets, mask)``: answer tokens followed by EOS, right-padded."""
+        rows = []
+        for answer in answers:
+            ids = self.tokenizer(answer, add_special_tokens=False)["input_ids"]
+            if max_length is not None:
+                ids = ids[: max_length - 1]
+            rows.append(ids + [self.eos_token_id])
+        width = max(len(r) for r in rows)
+        targets = torch.full((len(rows), width), self.pad_token_id, dtype=torch.long)
+        mask = torch.zeros((len(rows), width), dtype=torch.bool)
+        for i, r in enumerate(rows):
+            targets[i, : len(r)] = torch.tensor(r)
+            mask[i, : len(r)] = True
+        return targets, mask
+
+    def target_token_logprobs(
+        self, memory: Memory, rows: torch.Tensor, targets: torch.Tensor, max_elements: int = 1 << 26
+    ) -> torch.Tensor:
+        """log p(targets[n, t] | context row rows[n], targets[n, :t]) -> ``(N, T)``.
+
+        Runs in chunks of rows so that no more than ``max_elements`` vocabulary scores exist at once:
+        rescoring hundreds of hypotheses against every document must not need gigabytes of logits.
+        """
+        per_row = max(1, targets.shape[1] * self.vocab_size)
+        chunk = max(1, max_elements // per_row)
+        out = []
+        for start in range(0, rows.shape[0], chunk):
+            sl = slice(start, start + chunk)
+            lp = self.target_logprobs(memory, rows[sl], targets[sl])
+            out.append(lp.gather(-1, targets[sl, :, None]).squeeze(-1))
+        return torch.cat(out) if out else targets.new_zeros(targets.shape, dtype=torch.float32)
+
+    def decode_tokens(self, tokens: torch.Tensor) -> list[str]:
+        """Answer tokens (no start token) -> strings, stopping at EOS."""
+        texts = []
+        for row in tokens.tolist():
+            if self.eos_token_id in row:
+                row = row[: row.index(self.eos_token_id)]
+            texts.append(self.tokenizer.decode(row, skip_special_tokens=True).strip())
+        return texts
+
+
+class Seq2SeqGenerator(Generator):
+    """BART / T5 / any ``AutoModelForSeq2SeqLM``, fed exactly as transformers' RAG feeds it.
+
+    Context string: ``prefix + title + " / " + text + " // " + question`` with double spaces collapsed,
+    tokenised with truncation at ``max_context_length`` (RagConfig's ``max_combined_length``, 300).
+    """
+
+    is_seq2seq = True
+
+    def __init__(
+        self,
+        model: nn.Module,
+        tokenizer,
+        max_context_length: int = 300,
+        title_sep: str = " / ",
+        doc_sep: str = " // ",
+        prefix: str | None = None,
+    ):
+        super().__init__()
+        self.model = model
+        self.tokenizer = tokenizer
+        self.max_context_length = max_context_length
+        self.title_sep = title_sep
+        self.doc_sep = doc_sep
+        self.prefix = prefix if prefix is not None else (getattr(model.config, "prefix", None) or "")
+        gen = model.generation_config
+        self.start_token_id = gen.decoder_start_token_id
+        if self.start_token_id is None:
+            self.start_token_id = model.config.decoder_start_token_id
+        eos = gen.eos_token_id if gen.eos_token_id is not None else model.config.eos_token_id
+        self.eos_token_id = eos[0] if isinstance(eos, (list, tuple)) else eos
+        self.pad_token_id = gen.pad_token_id if gen.pad_token_id is not None else model.config.pad_token_id
+        self.bos_token_id = getattr(model.config, "bos_token_id", None)
+        self.forced_bos_token_id = getattr(gen, "forced_bos_token_id", None)
+        self.forced_eos_token_id = getattr(gen, "forced_eos_token_id", None)
+
+    def context_string(self, question: str, passage: PassageLike) -> str:
+        title = passage.title.removeprefix('"').removesuffix('"')
+        return (self.prefix + title + self.title_sep + passage.text + self.doc_sep + question).replace("  ", " ")
+
+    def contexts(self, questions: Sequence[str], passages: Sequence[Sequence[PassageLike]]) -> Contexts:
+        n_docs = len(passages[0])
+        strings = [self.context_string(q, p) for q, docs in zip(questions, passages) for p in docs]
+        enc = self.tokenizer(
+            strings, max_length=self.max_context_length, truncation=True, padding="longest", return_tensors="pt"
+        )
+        full = self.tokenizer(strings, add_special_tokens=True)["input_ids"]
+        truncated = sum(len(ids) > self.max_context_length for ids in full)
+        return Contexts(enc["input_ids"], enc["attention_mask"], n_docs, truncated)
+
+    def encode(self, contexts: Contexts) -> Memory:
+        encoder = self.model.get_encoder()
+        out = encoder(input_ids=contexts.input_ids, attention_mask=contexts.attention_mask, return_dict=True)
+        return Memory(out.last_hidden_state, contexts.attention_mask)
+
+    def _decoder_inputs(self, targets: torch.Tensor) -> torch.Tensor:
+        start = targets.new_full((targets.shape[0], 1), self.start_token_id)
+        return torch.cat([start, targets[:, :-1]], dim=1)
+
+    def target_logits(self, memory: Memory, rows: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        """Raw logits ``(N, T, V)`` for answer ``targets (N, T)`` against memory rows ``rows (N,)``."""
+        out = self.model(
+            encoder_outputs=(memory.hidden.index_select(0, rows),),
+            attention_mask=memory.attention_mask.index_select(0, rows),
+            decoder_input_ids=self._decoder_inputs(targets),
+            use_cache=False,
+            return_dict=True,
+        )
+        return out.logits
+
+    def target_logprobs(self, memory: Memory, rows: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        return torch.log_softmax(self.target_logits(memory, rows, targets).float(), dim=-1)
+
+    def begin(self, memory: Memory, rows: torch.Tensor) -> "Seq2SeqDecodeState":
+        return Seq2SeqDecodeState(self.model, memory.hidden.index_select(0, rows),
+                                  memory.attention_mask.index_select(0, rows))
+
+
+class Seq2SeqDecodeState:
+    """Incremental decoding for an encoder-decoder model with a self- and cross-attention cache.
+
+    Beam reordering (:meth:`reorder`) moves only the self-attention cache: every beam of one
+    (input, document) row attends to the same encoder output, so its cross-attention keys and values
+    never need copying — transformers' RAG copies them at every step.
+    """
+
+    def __init__(self, model: nn.Module, hidden: torch.Tensor, attention_mask: torch.Tensor):
+        self.model = model
+        self.hidden = hidden
+        self.attention_mask = attention_mask
+        self.cache = EncoderDecoderCache(DynamicCache(), DynamicCache())
+
+    def step(self, tokens: torch.Tensor) -> torch.Tensor:
+        out = self.model(
+            encoder_outputs=(self.hidden,),
+            attention_mask=self.attention_mask,
+            decoder_input_ids=tokens[:, None],
+            past_key_values=self.cache,
+            use_cache=True,
+            return_dict=True,
+        )
+        self.cache = out.past_key_values
+        return out.logits[:, -1, :].float()
+
+    def reorder(self, index: torch.Tensor) -> None:
+        self.cache.self_attention_cache.reorder_cache(index)
+
+    def select(self, index: torch.Tensor) -> None:
+        self.cache.self_attention_cache.reorder_cache(index)
+        self.cache.cross_attention_cache.reorder_cache(index)
+        self.hidden = self.hidden.index_select(0, index)
+        self.attention_mask = self.attention_mask.index_select(0, index)
