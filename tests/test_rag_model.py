@@ -1,0 +1,154 @@
+"""The RAG model end to end on tiny random models: retrieval, loss, decoding, provenance, bad input."""
+
+from __future__ import annotations
+
+import math
+import warnings
+
+import pytest
+import torch
+from transformers import BertConfig, BertModel
+
+from openbook.corpus import Passage
+from openbook.errors import InputError, KnowledgeBaseError
+from openbook.index import KnowledgeBase
+from openbook.models.encoders import Encoder
+from openbook.models.generators import Seq2SeqGenerator
+from openbook.rag import RAG
+from openbook.rag.assemble import build_knowledge_base
+from tiny import bart_tokenizer, bert_tokenizer, tiny_bart
+
+PASSAGES = [
+    Passage("p0", "Paris", "paris is the capital of france"),
+    Passage("p1", "Hemingway", "ernest hemingway wrote the sun rises"),
+    Passage("p2", "Nobel", "the first nobel prize in physics"),
+    Passage("p3", "Everest", "everest is the largest mountain"),
+    Passage("p4", "Pacific", "the pacific is the largest ocean"),
+    Passage("p5", "Peru", "the president of peru"),
+]
+
+
+def tiny_encoder(seed: int = 0, normalize: bool = True) -> Encoder:
+    torch.manual_seed(seed)
+    tok = bert_tokenizer()
+    config = BertConfig(vocab_size=len(tok), hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
+                        intermediate_size=32)
+    return Encoder(BertModel(config).eval(), tok, pooling="mean", normalize=normalize, name=f"tiny-bert-{seed}")
+
+
+@pytest.fixture(scope="module")
+def parts(tmp_path_factory):
+    encoder = tiny_encoder()
+    kb = build_knowledge_base(PASSAGES, encoder, tmp_path_factory.mktemp("kb") / "kb", progress=False)
+    tok = bart_tokenizer()
+    generator = Seq2SeqGenerator(tiny_bart(vocab_size=len(tok), seed=3), tok)
+    return encoder, kb, generator
+
+
+@pytest.mark.parametrize("model", ["rag-sequence", "rag-token"])
+def test_loss_trains_query_encoder_and_generator_but_not_documents(parts, model):
+    encoder, kb, generator = parts
+    rag = RAG(encoder, generator, kb, model=model, k=3)
+    before = kb.embeddings.copy()
+    loss = rag.loss(["who wrote the sun rises", "capital of france"], ["hemingway", "paris"])
+    assert loss.ndim == 0 and torch.isfinite(loss)
+    loss.backward()
+    assert any(p.grad is not None and p.grad.abs().sum() > 0 for p in rag.query_encoder.parameters())
+    assert any(p.grad is not None and p.grad.abs().sum() > 0 for p in rag.generator.parameters())
+    assert (kb.embeddings == before).all()
+    rag.zero_grad()
+
+
+def test_retrieve_scores_are_inner_products_and_prior_is_scaled_softmax(parts):
+    encoder, kb, generator = parts
+    rag = RAG(encoder, generator, kb, k=4, score_scale=20.0)
+    r = rag.retrieve(["capital of france"])
+    q = encoder.encode_queries(["capital of france"])[0]
+    expected = kb.embeddings[r.ids[0]] @ q
+    assert torch.allclose(r.scores[0], torch.from_numpy(expected), atol=1e-5)
+    assert (r.scores[0, :-1] >= r.scores[0, 1:] - 1e-6).all()  # MIPS order
+    torch.testing.assert_close(r.doc_logprobs, torch.log_softmax(20 * r.scores.float(), -1))
+    assert r.scores.requires_grad
+
+
+@pytest.mark.parametrize("model,decoding", [("rag-sequence", "thorough"), ("rag-sequence", "fast"),
+                                            ("rag-token", "thorough")])
+@pytest.mark.parametrize("num_beams", [1, 3])
+def test_ask_returns_answers_with_provenance(parts, model, decoding, num_beams):
+    encoder, kb, generator = parts
+    rag = RAG(encoder, generator, kb, model=model, k=3)
+    answers = rag.ask(["who wrote the sun rises", "capital of france", "largest ocean"], num_beams=num_beams,
+                      decoding=decoding, max_new_tokens=5)
+    assert len(answers) == 3
+    for a in answers:
+        assert a.model == model and isinstance(a.answer, str)
+        assert len(a.passages) == 3 and {p.id for p in a.passages} <= {p.id for p in PASSAGES}
+        assert math.isclose(sum(p.prob for p in a.passages), 1.0, rel_tol=1e-5)
+        assert math.isclose(sum(p.posterior for p in a.passages), 1.0, rel_tol=1e-5)
+        d = a.to_dict()
+        assert set(d) == {"question", "answer", "model", "passages"}
+        assert set(d["passages"][0]) == {"id", "title", "text", "score", "prob"}
+        if model == "rag-token":
+            assert len(a.token_posteriors) == len(a.tokens)
+            assert all(math.isclose(sum(row), 1.0, rel_tol=1e-4) for row in a.token_posteriors)
+        else:
+            assert a.token_posteriors is None
+
+
+def test_batched_answers_equal_one_by_one(parts):
+    encoder, kb, generator = parts
+    rag = RAG(encoder, generator, kb, model="rag-sequence", k=3)
+    qs = ["who wrote the sun rises", "capital of france", "the first nobel prize"]
+    batched = [a.answer for a in rag.ask(qs, num_beams=2, max_new_tokens=4)]
+    single = [rag.ask([q], num_beams=2, max_new_tokens=4)[0].answer for q in qs]
+    assert batched == single
+
+
+def test_hot_swap_changes_the_memory_without_reloading_models(parts, tmp_path):
+    encoder, kb, generator = parts
+    rag = RAG(encoder, generator, kb, k=2)
+    other = build_knowledge_base([Passage("new", "New", "a brand new fact about music"),
+                                  Passage("new2", "Newer", "another fact")], encoder, tmp_path / "kb2",
+                                 progress=False)
+    gen_before = rag.generator
+    previous = rag.use_knowledge_base(other)
+    assert previous is kb and rag.generator is gen_before
+    assert {p.id for p in rag.ask(["music"], max_new_tokens=2)[0].passages} == {"new", "new2"}
+
+
+@pytest.mark.parametrize("bad", ["", "   ", "\n"])
+def test_empty_question_is_a_clear_error(parts, bad):
+    encoder, kb, generator = parts
+    rag = RAG(encoder, generator, kb)
+    with pytest.raises(InputError, match="question 2 is empty"):
+        rag.ask(["fine question", bad])
+
+
+def test_k_larger_than_corpus_is_clamped_with_a_warning(parts):
+    encoder, kb, generator = parts
+    rag = RAG(encoder, generator, kb)
+    with pytest.warns(UserWarning, match="k=50"):
+        answers = rag.ask(["capital of france"], k=50, max_new_tokens=2, num_beams=1)
+    assert len(answers[0].passages) == len(PASSAGES)
+
+
+def test_long_question_is_truncated_with_a_warning(parts):
+    encoder, kb, generator = parts
+    rag = RAG(encoder, generator, kb)
+    long = " ".join(["capital"] * 2000)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        rag.ask([long], max_new_tokens=2, num_beams=1)
+    assert any("truncat" in str(w.message).lower() for w in caught)
+
+
+def test_knowledge_base_built_with_another_encoder_is_refused(parts, tmp_path):
+    encoder, kb, generator = parts
+    with pytest.raises(KnowledgeBaseError) as err:
+        KnowledgeBase.load(kb.path, expected_encoder=tiny_encoder(seed=1).info())
+    assert "tiny-bert-0" in str(err.value) and "tiny-bert-1" in str(err.value)
+
+
+def test_missing_knowledge_base_is_a_clear_error(tmp_path):
+    with pytest.raises(KnowledgeBaseError, match="does-not-exist"):
+        KnowledgeBase.load(tmp_path / "does-not-exist")
