@@ -23,12 +23,9 @@ from typing import Protocol, Sequence
 
 import torch
 from torch import nn
-from transformers import EncoderDecoderCache, DynamicCache
+from transformers import DynamicCache, EncoderDecoderCache
 
-
-class PassageLike(Protocol):
-    title: str
-    text: str
+from openbook.models.encoders import PassageLike
 
 
 @dataclass

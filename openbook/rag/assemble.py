@@ -14,7 +14,7 @@ from typing import Iterable
 from openbook.corpus import Passage, read_passages
 from openbook.data import demo_passages_path
 from openbook.index import KnowledgeBase
-from openbook.models import cache_dir, load_causal_lm, load_encoder, load_seq2seq
+from openbook.models import cache_dir, load_causal_lm, load_config, load_encoder, load_seq2seq
 from openbook.models.causal import CausalLMGenerator
 from openbook.models.encoders import Encoder
 from openbook.models.generators import Generator, Seq2SeqGenerator
@@ -28,11 +28,7 @@ def load_generator(name_or_path: str = "default") -> Generator:
         return CausalLMGenerator(*load_causal_lm(name_or_path))
     if is_hf_rag_checkpoint(name_or_path):
         return load_hf_rag(name_or_path).generator
-    from transformers import AutoConfig
-
-    from openbook.models.loading import _load_offline
-
-    config = _load_offline(name_or_path, lambda source, **hf: AutoConfig.from_pretrained(source, **hf))
+    config = load_config(name_or_path)
     if getattr(config, "is_encoder_decoder", False):
         return Seq2SeqGenerator(*load_seq2seq(name_or_path))
     return CausalLMGenerator(*load_causal_lm(name_or_path))

@@ -1,0 +1,429 @@
+"""Dense text encoders: the query encoder q(x) and the document encoder d(z) of RAG.
+
+:class:`Encoder` wraps any Hugging Face encoder (BERT-like models, DPR question and context encoders,
+sentence-transformers folders) behind one interface: a list of texts in, one vector per text out.
+
+How a vector is made from the token states (``pooling``):
+
+* ``"mean"`` -- average of the token states under the attention mask (sentence-transformers models);
+* ``"cls"`` -- the state of the first token (BERT-style encoders);
+* ``"pooler"`` -- the model's own ``pooler_output`` (for DPR this is the CLS state, plus the optional
+  projection, exactly as DPR scores with it).
+
+How a passage (title + text) is written before encoding (``passage_format``):
+
+* ``"pair"`` -- the tokenizer's sentence pair ``[CLS] title [SEP] text [SEP]``, as DPR encodes passages.
+  For DPR models the segment ids are left all zero, as DPR's own code does.
+* ``"joined"`` -- one string ``f"{title}. {text}"``; used for sentence-transformers models, which were
+  trained on single strings and have no notion of a second segment.
+
+In both formats a passage without a title is encoded as its text alone.
+
+Encoding is fast on CPU because texts are tokenized once, sorted by token length and batched with texts
+of similar length (padding only to the longest text of each batch); results come back in input order.
+"""
+
+from __future__ import annotations
+
+import json
+import warnings
+from contextlib import contextmanager
+from typing import Iterator, Protocol, Sequence
+
+import numpy as np
+import torch
+from transformers import AutoConfig, AutoModel, AutoTokenizer, DPRContextEncoder, DPRQuestionEncoder
+from transformers.utils import cached_file
+
+from openbook.errors import InputError, ModelLoadError
+
+POOLINGS = ("mean", "cls", "pooler")
+PASSAGE_FORMATS = ("pair", "joined")
+COMPUTE_DTYPES = ("float32", "bfloat16")
+MAX_LENGTH_CAP = 512
+_DPR_CLASSES = {"DPRQuestionEncoder": DPRQuestionEncoder, "DPRContextEncoder": DPRContextEncoder}
+
+
+class PassageLike(Protocol):
+    """Anything with a title and a text, such as ``openbook.corpus`` passages."""
+
+    title: str
+    text: str
+
+
+Features = dict[str, list[int]]
+
+
+class Encoder(torch.nn.Module):
+    """A transformers encoder plus pooling and optional L2 normalisation.
+
+    Args:
+        model: the transformers encoder (``AutoModel``, ``DPRQuestionEncoder``, ...).
+        tokenizer: its tokenizer.
+        pooling: ``"mean"``, ``"cls"`` or ``"pooler"`` (see the module docstring).
+        normalize: L2-normalise each vector (then inner product = cosine similarity).
+        max_length: longest input in tokens; default the tokenizer's ``model_max_length`` capped at 512.
+        name: the alias, hub name or path the encoder was loaded from (kept in knowledge-base manifests).
+        passage_format: ``"pair"`` or ``"joined"``; default ``"joined"`` for mean pooling, else ``"pair"``.
+        dtype: compute type of ``encode_queries``/``encode_passages``: ``"float32"`` or ``"bfloat16"``
+            (CPU autocast). ``forward`` (training) always runs in float32. float32 is the default because
+            bfloat16 measured slower on CPU without AMX and reordered top-5 results for 1 question in 100
+            (``bench/encode_speed.py``).
+    """
+
+    def __init__(
+        self,
+        model: torch.nn.Module,
+        tokenizer,
+        pooling: str = "mean",
+        normalize: bool = False,
+        max_length: int | None = None,
+        name: str = "",
+        passage_format: str | None = None,
+        dtype: str = "float32",
+    ):
+        super().__init__()
+        self.model = model
+        self.tokenizer = tokenizer
+        self.pooling = _check_choice("pooling", pooling, POOLINGS)
+        self.normalize = bool(normalize)
+        self.max_length = int(max_length) if max_length else default_max_length(tokenizer, model.config)
+        self.name = str(name)
+        default_format = "joined" if pooling == "mean" else "pair"
+        self.passage_format = _check_choice("passage_format", passage_format or default_format, PASSAGE_FORMATS)
+        self.compute_dtype = _check_choice("dtype", dtype, COMPUTE_DTYPES)
+        self.is_dpr = getattr(model.config, "model_type", None) == "dpr"
+        self.train(model.training)  # start in the wrapped model's mode (eval after from_pretrained)
+        if self.is_dpr and pooling == "mean":
+            raise InputError(
+                f"encoder {self.name!r}: DPR models only give the CLS vector; use pooling 'cls' or 'pooler'"
+            )
+
+    # ----------------------------------------------------------------------------------- public API
+
+    @classmethod
+    def from_pretrained(
+        cls,
+        name_or_path: str,
+        pooling: str | None = None,
+        normalize: bool | None = None,
+        max_length: int | None = None,
+        *,
+        name: str | None = None,
+        dtype: str = "float32",
+        **hf_kwargs,
+    ) -> "Encoder":
+        """Load an encoder and detect how it pools, normalises and formats passages.
+
+        Detection: a sentence-transformers folder (``modules.json``) gives its pooling mode, whether it
+        has a ``Normalize`` module and its ``max_seq_length``; a DPR model (``model_type`` "dpr") uses
+        ``"pooler"`` pooling without normalisation; any other model uses ``"cls"`` without
+        normalisation. Explicit ``pooling``/``normalize``/``max_length`` override what is detected.
+
+        Weights load as float32 (the query encoder trains). ``hf_kwargs`` (e.g. ``local_files_only=True``)
+        go to the transformers ``from_pretrained`` calls.
+        :func:`openbook.models.load_encoder` adds the offline aliases and a clear error for hub names
+        that cannot be loaded offline; prefer it.
+        """
+        source = str(name_or_path)
+        config = AutoConfig.from_pretrained(source, **hf_kwargs)
+        detected = _detect_settings(source, config, hf_kwargs)
+        model = _model_class(config).from_pretrained(source, dtype=torch.float32, **hf_kwargs)
+        tokenizer = AutoTokenizer.from_pretrained(source, **hf_kwargs)
+        return cls(
+            model,
+            tokenizer,
+            pooling=pooling or detected["pooling"],
+            normalize=detected["normalize"] if normalize is None else normalize,
+            max_length=max_length or detected["max_length"],
+            name=name or source,
+            passage_format=detected["passage_format"],
+            dtype=dtype,
+        )
+
+    def forward(self, texts: Sequence[str]) -> torch.Tensor:
+        """Encode questions into a differentiable ``(n, d)`` tensor (the trainable query encoder q(x)).
+
+        Questions longer than ``max_length`` tokens are truncated, with one warning per call.
+        """
+        features = self._tokenize_questions(texts)
+        return self._embed(features)
+
+    def encode_queries(self, texts: Sequence[str], batch_size: int = 64, dtype: str | None = None) -> np.ndarray:
+        """Encode questions without gradients; ``(n, d)`` float32 array in input order."""
+        return self._encode(self._tokenize_questions(texts), batch_size, dtype)
+
+    def encode_passages(
+        self,
+        passages: Sequence[PassageLike],
+        batch_size: int = 64,
+        progress: bool = False,
+        dtype: str | None = None,
+        sort: bool = True,
+    ) -> np.ndarray:
+        """Encode passages (objects with ``.title`` and ``.text``) as the document encoder d(z).
+
+        Returns a ``(n, d)`` float32 array in input order. Passages longer than ``max_length`` tokens
+        are truncated silently (the usual practice for 100-word passages). ``sort=False`` batches in
+        input order instead of by length (slower; kept for benchmarks and checks).
+        """
+        return self._encode(self.tokenize_passages(passages), batch_size, dtype, progress, sort)
+
+    @property
+    def dim(self) -> int:
+        """Size of the output vectors."""
+        config = self.model.config
+        projection = getattr(config, "projection_dim", 0) or 0
+        if self.pooling != "mean" and projection > 0:
+            return int(projection)
+        for attribute in ("hidden_size", "d_model", "dim"):
+            if getattr(config, attribute, None):
+                return int(getattr(config, attribute))
+        return int(self.encode_queries(["dimension probe"]).shape[1])
+
+    def info(self) -> dict:
+        """Settings that must match between the encoder that built an index and the one querying it."""
+        return {
+            "name": self.name,
+            "pooling": self.pooling,
+            "normalize": self.normalize,
+            "dim": self.dim,
+            "passage_format": self.passage_format,
+        }
+
+    # ----------------------------------------------------------------------------------- tokenizing
+
+    def _tokenize(self, first: list[str], second: list[str] | None = None, limit: int | None = None) -> list[Features]:
+        """Tokenize without padding, truncating to ``limit`` (default ``max_length``); one dict per text."""
+        if not first:
+            return []
+        encoded = self.tokenizer(first, second, truncation=True, max_length=limit or self.max_length)
+        keys = [key for key in ("input_ids", "attention_mask", "token_type_ids") if key in encoded]
+        if self.is_dpr:  # DPR encodes with all-zero segment ids
+            keys = [key for key in keys if key != "token_type_ids"]
+        return [{key: encoded[key][i] for key in keys} for i in range(len(first))]
+
+    def _tokenize_questions(self, texts: Sequence[str]) -> list[Features]:
+        """Tokenize questions, truncating to ``max_length`` with one warning if any were too long.
+
+        Texts are tokenized with one token to spare, so a length over ``max_length`` reveals a question
+        that needs truncating; only those are tokenized again.
+        """
+        texts = _check_texts(texts)
+        features = self._tokenize(texts, limit=self.max_length + 1)
+        too_long = [i for i, feature in enumerate(features) if len(feature["input_ids"]) > self.max_length]
+        if too_long:
+            warnings.warn(
+                f"{len(too_long)} question(s) longer than the {self.max_length}-token limit of encoder "
+                f"{self.name!r} were truncated, e.g. {_shorten(texts[too_long[0]])!r}",
+                stacklevel=3,
+            )
+            for i, feature in zip(too_long, self._tokenize([texts[i] for i in too_long])):
+                features[i] = feature
+        return features
+
+    def tokenize_passages(self, passages: Sequence[PassageLike]) -> list[Features]:
+        """Tokenize passages in ``passage_format`` without padding; one feature dict per passage, in order."""
+        titled = [i for i, p in enumerate(passages) if (p.title or "").strip()]
+        untitled = [i for i, p in enumerate(passages) if not (p.title or "").strip()]
+        if self.passage_format == "pair":
+            titled_features = self._tokenize([passages[i].title for i in titled], [passages[i].text for i in titled])
+        else:
+            titled_features = self._tokenize([f"{passages[i].title}. {passages[i].text}" for i in titled])
+        untitled_features = self._tokenize([passages[i].text for i in untitled])
+        features: list[Features] = [{}] * len(passages)
+        for i, feature in zip(titled + untitled, titled_features + untitled_features):
+            features[i] = feature
+        return features
+
+    # ----------------------------------------------------------------------------------- encoding
+
+    def _encode(
+        self, features: list[Features], batch_size: int, dtype: str | None, progress: bool = False, sort: bool = True
+    ) -> np.ndarray:
+        """Embed without gradients in length-sorted batches; rows come back in input order."""
+        if batch_size < 1:
+            raise InputError(f"batch_size must be at least 1, got {batch_size}")
+        if not features:
+            return np.zeros((0, self.dim), dtype=np.float32)
+        order = list(range(len(features)))
+        if sort:  # longest first, so similar lengths share a batch and padding stays small
+            order.sort(key=lambda i: len(features[i]["input_ids"]), reverse=True)
+        batches = [order[start : start + batch_size] for start in range(0, len(order), batch_size)]
+        parts = []
+        with self._inference(dtype or self.compute_dtype):
+            for batch in _progress(batches, progress):
+                parts.append(self._embed([features[i] for i in batch]).float().numpy())
+        out = np.empty((len(features), parts[0].shape[1]), dtype=np.float32)
+        out[order] = np.concatenate(parts)
+        return out
+
+    def _embed(self, features: list[Features]) -> torch.Tensor:
+        """Run the model on a batch of tokenized texts and pool (and normalise) the result."""
+        inputs = pad_features(features, self.tokenizer.pad_token_id or 0, self.tokenizer.padding_side)
+        inputs = {key: value.to(self.device) for key, value in inputs.items()}
+        outputs = self.model(**inputs)
+        vectors = pool(outputs, inputs["attention_mask"], self.pooling)
+        if self.normalize:
+            vectors = torch.nn.functional.normalize(vectors, p=2, dim=-1)
+        return vectors
+
+    @property
+    def device(self) -> torch.device:
+        """Device of the model's parameters."""
+        return next(self.model.parameters()).device
+
+    @contextmanager
+    def _inference(self, dtype: str) -> Iterator[None]:
+        """Eval mode, no gradients and the requested compute type; restores each module's mode after."""
+        _check_choice("dtype", dtype, COMPUTE_DTYPES)
+        modes = [(module, module.training) for module in self.modules()]
+        self.eval()
+        try:
+            with torch.inference_mode(), torch.autocast(
+                self.device.type, dtype=torch.bfloat16, enabled=dtype == "bfloat16"
+            ):
+                yield
+        finally:
+            for module, training in modes:
+                module.training = training
+
+
+# --------------------------------------------------------------------------------------- helpers
+
+
+def pool(outputs, attention_mask: torch.Tensor, pooling: str) -> torch.Tensor:
+    """Turn model outputs into one vector per text.
+
+    ``"mean"`` averages ``last_hidden_state`` over tokens whose mask is 1; ``"cls"`` takes the first
+    token's state (or ``pooler_output`` for models such as DPR that return only that, which is the CLS
+    state); ``"pooler"`` takes ``pooler_output``.
+    """
+    hidden = getattr(outputs, "last_hidden_state", None)
+    if pooling == "pooler" or (pooling == "cls" and hidden is None):
+        return outputs.pooler_output
+    if pooling == "cls":
+        return hidden[:, 0]
+    mask = attention_mask.unsqueeze(-1).to(hidden.dtype)
+    return (hidden * mask).sum(dim=1) / mask.sum(dim=1).clamp(min=1e-9)
+
+
+def pad_features(features: list[Features], pad_id: int, side: str = "right") -> dict[str, torch.Tensor]:
+    """Pad tokenized texts to the longest of the batch and stack them into tensors.
+
+    ``input_ids`` are padded with ``pad_id``, the attention mask and segment ids with 0.
+    """
+    longest = max(len(feature["input_ids"]) for feature in features)
+    batch: dict[str, torch.Tensor] = {}
+    for key in features[0]:
+        fill = pad_id if key == "input_ids" else 0
+        rows = []
+        for feature in features:
+            padding = [fill] * (longest - len(feature[key]))
+            rows.append(padding + list(feature[key]) if side == "left" else list(feature[key]) + padding)
+        batch[key] = torch.tensor(rows, dtype=torch.long)
+    return batch
+
+
+def default_max_length(tokenizer, config) -> int:
+    """The tokenizer's ``model_max_length``, capped at 512 and at the model's position embeddings."""
+    limits = [MAX_LENGTH_CAP, getattr(tokenizer, "model_max_length", MAX_LENGTH_CAP) or MAX_LENGTH_CAP]
+    positions = getattr(config, "max_position_embeddings", None)
+    if positions:
+        limits.append(positions)
+    return int(min(limits))
+
+
+def _detect_settings(source: str, config, hf_kwargs: dict) -> dict:
+    """Pooling, normalisation, max length and passage format for the model at ``source``."""
+    modules = _read_json(source, "modules.json", hf_kwargs)
+    if modules is not None:
+        return _sentence_transformers_settings(source, modules, hf_kwargs)
+    pooling = "pooler" if getattr(config, "model_type", None) == "dpr" else "cls"
+    return {"pooling": pooling, "normalize": False, "max_length": None, "passage_format": "pair"}
+
+
+def _sentence_transformers_settings(source: str, modules: list[dict], hf_kwargs: dict) -> dict:
+    """Read pooling mode, Normalize module and ``max_seq_length`` of a sentence-transformers folder."""
+    kinds = {module.get("type", "").rsplit(".", 1)[-1]: module for module in modules}
+    unsupported = sorted(set(kinds) - {"Transformer", "Pooling", "Normalize"})
+    if unsupported:
+        raise ModelLoadError(
+            f"sentence-transformers model {source!r} has modules openbook does not support: {', '.join(unsupported)}"
+        )
+    pooling = "mean"
+    if "Pooling" in kinds:
+        pooling_config = _read_json(source, f"{kinds['Pooling'].get('path', '1_Pooling')}/config.json", hf_kwargs) or {}
+        pooling = _pooling_mode(source, pooling_config)
+    st_config = _read_json(source, "sentence_bert_config.json", hf_kwargs) or {}
+    return {
+        "pooling": pooling,
+        "normalize": "Normalize" in kinds,
+        "max_length": st_config.get("max_seq_length"),
+        "passage_format": "joined",
+    }
+
+
+def _pooling_mode(source: str, pooling_config: dict) -> str:
+    """Map a sentence-transformers pooling config to ``"mean"`` or ``"cls"``."""
+    if pooling_config.get("pooling_mode_cls_token"):
+        return "cls"
+    if pooling_config.get("pooling_mode_mean_tokens", True):
+        return "mean"
+    modes = [key for key, value in pooling_config.items() if key.startswith("pooling_mode") and value]
+    raise ModelLoadError(f"sentence-transformers model {source!r} uses pooling {modes}; openbook supports mean and cls")
+
+
+def _read_json(source: str, filename: str, hf_kwargs: dict):
+    """A JSON file of a local folder or cached hub model, or None if the model has no such file."""
+    path = cached_file(
+        source,
+        filename,
+        _raise_exceptions_for_missing_entries=False,
+        _raise_exceptions_for_connection_errors=False,
+        **hf_kwargs,
+    )
+    if path is None:
+        return None
+    with open(path, encoding="utf-8") as handle:
+        return json.load(handle)
+
+
+def _model_class(config):
+    """``DPRQuestionEncoder``/``DPRContextEncoder`` for DPR checkpoints, else ``AutoModel``."""
+    for architecture in getattr(config, "architectures", None) or []:
+        if architecture in _DPR_CLASSES:
+            return _DPR_CLASSES[architecture]
+    return AutoModel
+
+
+def _check_choice(what: str, value: str, choices: tuple[str, ...]) -> str:
+    """Return ``value`` if it is one of ``choices``, else raise an InputError naming both."""
+    if value not in choices:
+        raise InputError(f"{what} must be one of {', '.join(choices)}; got {value!r}")
+    return value
+
+
+def _check_texts(texts: Sequence[str]) -> list[str]:
+    """A list of strings, or an InputError naming the first item that is not a string."""
+    if isinstance(texts, str):
+        raise InputError(f"expected a list of questions, got a single string {_shorten(texts)!r}")
+    texts = list(texts)
+    for i, text in enumerate(texts):
+        if not isinstance(text, str):
+            raise InputError(f"question {i} is a {type(text).__name__}, not a string: {_shorten(repr(text))}")
+    return texts
+
+
+def _shorten(text: str, limit: int = 60) -> str:
+    """``text`` cut to ``limit`` characters with an ellipsis."""
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _progress(batches: list, enabled: bool):
+    """Wrap ``batches`` in a tqdm bar when ``enabled``."""
+    if not enabled:
+        return batches
+    from tqdm.auto import tqdm
+
+    return tqdm(batches, desc="encoding", unit="batch")
