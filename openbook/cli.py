@@ -11,6 +11,7 @@ The RAG layer is reached only through :func:`_load_rag`, which tests replace wit
 from __future__ import annotations
 
 import argparse
+import importlib
 import contextlib
 import json
 import os
@@ -53,6 +54,10 @@ def _positive_int(text: str) -> int:
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
     return value
+
+
+# Command groups beyond `ask`: each module has `register(subparsers)` and sets `handler` on its parsers.
+COMMAND_MODULES: tuple[str, ...] = ("openbook.commands.eval",)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -144,6 +149,8 @@ def build_parser() -> argparse.ArgumentParser:
         help="print one JSON object (with --file: JSON Lines, one object per question, in input order)",
     )
     ask.set_defaults(handler=_cmd_ask, subparser=ask)
+    for name in COMMAND_MODULES:  # one small module per command group; each imports lazily
+        importlib.import_module(name).register(commands)
     return parser
 
 

@@ -97,9 +97,10 @@ def test_chat_and_plain_prompt_paths():
     ctx = chat.contexts(QUESTIONS, PASSAGES)
     assert ctx.input_ids.shape[0] == 4 and ctx.n_docs == 2 and ctx.truncated == 0
     text = tok.decode(prompt_ids(ctx, 1))
-    assert text.startswith("<|im_start|> user Answer the question")
-    assert "Title : Berlin Passage : berlin is the capital city" in text  # quotes stripped from titles
-    assert text.endswith("Question : what is the capital of france ? <|im_end|> <|im_start|> assistant")
+    assert text.startswith("<|im_start|> user")
+    assert "user Berlin : berlin is the capital city" in text  # quotes stripped from titles
+    assert "Question : what is the capital of france ?" in text
+    assert text.endswith("<|im_end|> <|im_start|> assistant")
     # rows are input-major (b*K + k)
     assert "who wrote the play" in tok.decode(prompt_ids(ctx, 2)) and "short play" in tok.decode(prompt_ids(ctx, 3))
 
@@ -153,8 +154,11 @@ def test_left_padding_layout():
         assert bool((ctx.input_ids[row, : ctx.input_ids.shape[1] - n] == gen.pad_token_id).all())
 
 
+QUESTION_LAST = "Answer briefly.\n\nTitle: {title}\nPassage: {text}\n\nQuestion: {question}"
+
+
 def test_truncation_cuts_only_the_passage():
-    gen = make_generator(chat=True, max_context_length=48)
+    gen = make_generator(chat=True, max_context_length=48, prompt_template=QUESTION_LAST)
     tok = gen.tokenizer
     long_text = " ".join(["filler"] * 80) + " paris"
     passages = [[P("France", "paris is the capital of france ."), P("Long", long_text)],
@@ -162,7 +166,7 @@ def test_truncation_cuts_only_the_passage():
     ctx = gen.contexts(QUESTIONS, passages)
     assert ctx.truncated == 2
     assert ctx.input_ids.shape[1] <= 48
-    full = make_generator(chat=True, max_context_length=10_000)
+    full = make_generator(chat=True, max_context_length=10_000, prompt_template=QUESTION_LAST)
     untruncated = full.contexts(QUESTIONS, passages)
     assert untruncated.truncated == 0
     for row, question in zip(range(4), [QUESTIONS[0]] * 2 + [QUESTIONS[1]] * 2):

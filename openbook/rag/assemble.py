@@ -11,6 +11,8 @@ import sys
 from pathlib import Path
 from typing import Iterable
 
+import numpy as np
+
 from openbook.corpus import Passage, read_passages
 from openbook.data import demo_passages_path
 from openbook.index import KnowledgeBase
@@ -20,6 +22,8 @@ from openbook.models.encoders import Encoder
 from openbook.models.generators import Generator, Seq2SeqGenerator
 from openbook.models.hf_rag import is_hf_rag_checkpoint, load_hf_rag
 from openbook.models.loading import GENERATOR_ALIASES
+
+SHIPPED_VECTORS = "embeddings-minilm.f16.npy"  # d(z) of the demo corpus by the default encoder
 
 
 def load_generator(name_or_path: str = "default") -> Generator:
@@ -54,13 +58,44 @@ def demo_kb_dir(encoder: Encoder) -> Path:
 
 
 def demo_knowledge_base(encoder: Encoder, progress: bool = True) -> KnowledgeBase:
-    """The shipped demo knowledge base for ``encoder``: loaded if built, else built once (with a progress bar)."""
+    """The shipped demo knowledge base for ``encoder``: loaded if built, else built once (with a progress bar).
+
+    For the offline default encoder the document vectors ship precomputed (float16) with the corpus;
+    they are used only if a live re-encoding of a sample agrees with them.
+    """
     path = demo_kb_dir(encoder)
     if (path / "manifest.json").is_file():
         return KnowledgeBase.load(path, expected_encoder=encoder.info())
+    passages = list(read_passages(demo_passages_path()))
     if progress:
-        print(f"openbook: building the demo knowledge base in {path} (once)", file=sys.stderr)
-    return build_knowledge_base(read_passages(demo_passages_path()), encoder, path, progress=progress)
+        print(f"openbook: building the demo knowledge base ({len(passages)} passages) in {path} (once)",
+              file=sys.stderr)
+    shipped = _shipped_vectors(encoder, passages)
+    if shipped is None:
+        return build_knowledge_base(passages, encoder, path, progress=progress)
+    offset = 0
+
+    def precomputed(batch: list) -> np.ndarray:
+        nonlocal offset
+        offset += len(batch)
+        return shipped[offset - len(batch): offset]
+
+    return KnowledgeBase.build(passages, precomputed, encoder.info(), path, progress=progress)
+
+
+def _shipped_vectors(encoder: Encoder, passages: list, sample: int = 32) -> np.ndarray | None:
+    """The shipped demo vectors as float32 if they belong to this encoder and corpus, else None."""
+    path = demo_passages_path().parent / SHIPPED_VECTORS
+    if not path.is_file():
+        return None
+    vectors = np.load(path).astype(np.float32)
+    if vectors.shape != (len(passages), encoder.dim):
+        return None
+    live = encoder.encode_passages(passages[:sample])
+    cosine = (live * vectors[:sample]).sum(1) / (
+        np.linalg.norm(live, axis=1) * np.linalg.norm(vectors[:sample], axis=1) + 1e-12
+    )
+    return vectors if float(cosine.min()) > 0.999 else None
 
 
 def load_rag(

@@ -1,0 +1,43 @@
+"""One integration test on the real offline default models (MiniLM retriever, SmolLM2 generator).
+
+A fact that exists only in the knowledge base (an invented office holder) is answered from the first
+knowledge base, and after a hot swap the answer follows the second one, with no model reload: the
+paper's index hot-swapping (section 4.5) on a small corpus.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from openbook.corpus import Passage
+from openbook.rag.assemble import build_knowledge_base, load_rag
+
+FILLER = [
+    Passage("f1", "Mount Everest", "Mount Everest is Earth's highest mountain above sea level, in the Himalayas."),
+    Passage("f2", "Pacific Ocean", "The Pacific Ocean is the largest and deepest of Earth's five oceanic divisions."),
+    Passage("f3", "Paris", "Paris is the capital and most populous city of France."),
+    Passage("f4", "Photosynthesis", "Photosynthesis is a process used by plants to convert light energy into chemical energy."),
+]
+QUESTION = "Who is the president of Veltravia?"
+
+
+def kb_with(president: str, path):
+    fact = Passage("fact", "Veltravia", f"{president} is the president of Veltravia, a small island republic.")
+    from openbook.models import load_encoder
+
+    return build_knowledge_base([fact, *FILLER], load_encoder("minilm"), path, progress=False)
+
+
+@pytest.mark.parametrize("model", ["rag-sequence", "rag-token"])
+def test_real_models_answer_from_the_book_and_follow_a_hot_swap(tmp_path, model):
+    first = kb_with("Odalys Brenner", tmp_path / "kb2016")
+    second = kb_with("Tamsin Okafor", tmp_path / "kb2018")
+    rag = load_rag(model=model, kb=first, k=2)
+    answer = rag.ask([QUESTION], num_beams=2, max_new_tokens=20)[0]
+    assert answer.passages[0].id == "fact" and answer.passages[0].prob > 0.5
+    assert "Brenner" in answer.answer, answer.answer
+    generator = rag.generator
+    rag.use_knowledge_base(second)
+    swapped = rag.ask([QUESTION], num_beams=2, max_new_tokens=20)[0]
+    assert rag.generator is generator
+    assert "Okafor" in swapped.answer and "Brenner" not in swapped.answer, swapped.answer
