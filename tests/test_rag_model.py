@@ -152,3 +152,27 @@ def test_knowledge_base_built_with_another_encoder_is_refused(parts, tmp_path):
 def test_missing_knowledge_base_is_a_clear_error(tmp_path):
     with pytest.raises(KnowledgeBaseError, match="does-not-exist"):
         KnowledgeBase.load(tmp_path / "does-not-exist")
+
+
+def test_load_rag_from_a_saved_transformers_checkpoint(tmp_path):
+    """A save_pretrained RagTokenForGeneration directory (the layout of facebook/rag-token-nq, with its
+    tokenizer subfolders) becomes an openbook RAG-Token model with the checkpoint's DPR query encoder."""
+    from transformers import RagConfig, RagTokenForGeneration
+
+    from openbook.models.hf_rag import load_hf_rag
+    from openbook.rag.assemble import load_rag
+    from tiny import tiny_dpr
+
+    gen_tok, q_tok = bart_tokenizer(), bert_tokenizer()
+    gen, qe = tiny_bart(vocab_size=len(gen_tok), seed=7), tiny_dpr(vocab_size=len(q_tok))
+    config = RagConfig.from_question_encoder_generator_configs(qe.config, gen.config, n_docs=2)
+    ckpt = tmp_path / "rag-token-tiny"
+    RagTokenForGeneration(config=config, question_encoder=qe, generator=gen).save_pretrained(ckpt)
+    q_tok.save_pretrained(ckpt / "question_encoder_tokenizer")
+    gen_tok.save_pretrained(ckpt / "generator_tokenizer")
+    encoder = load_hf_rag(ckpt).query_encoder
+    build_knowledge_base(PASSAGES, encoder, tmp_path / "kb", progress=False)
+    rag = load_rag(kb=tmp_path / "kb", generator=str(ckpt), k=2)
+    assert rag.model_type == "rag-token" and rag.query_encoder.pooling == "pooler"
+    answer = rag.ask(["capital of france"], max_new_tokens=3, num_beams=2)[0]
+    assert len(answer.passages) == 2 and answer.token_posteriors is not None

@@ -44,33 +44,38 @@ def _model_type(config) -> str:
     return "rag-token" if "Token" in archs else "rag-sequence"
 
 
-def _tokenizers(path: Path):
+def _tokenizers(source: str, hf: dict):
     """The checkpoint's (question encoder, generator) tokenizers, or ``(None, None)`` if it has none."""
     from transformers import AutoTokenizer
 
-    q_dir, g_dir = path / "question_encoder_tokenizer", path / "generator_tokenizer"
-    if q_dir.is_dir() and g_dir.is_dir():
-        return AutoTokenizer.from_pretrained(q_dir), AutoTokenizer.from_pretrained(g_dir)
-    return None, None
+    try:
+        return (AutoTokenizer.from_pretrained(source, subfolder="question_encoder_tokenizer", **hf),
+                AutoTokenizer.from_pretrained(source, subfolder="generator_tokenizer", **hf))
+    except (OSError, ValueError):
+        return None, None
 
 
-def load_hf_rag(path: str | Path, question_tokenizer=None, generator_tokenizer=None) -> ImportedRag:
-    """Load a transformers RAG directory into openbook parts (tokenizers may be given explicitly)."""
+def load_hf_rag(name_or_path: str | Path, question_tokenizer=None, generator_tokenizer=None) -> ImportedRag:
+    """Load a transformers RAG checkpoint — a local directory, or a hub name such as
+    ``facebook/rag-sequence-nq`` where the hub (or its local cache) is reachable — into openbook parts.
+    Tokenizers come from the checkpoint's ``*_tokenizer`` subfolders unless given explicitly."""
     from transformers import RagConfig, RagSequenceForGeneration, RagTokenForGeneration
 
-    path = Path(path)
-    if not is_hf_rag_checkpoint(path):
-        raise ModelLoadError(f"{path} is not a transformers RAG checkpoint (no config.json with model_type 'rag')")
-    config = RagConfig.from_pretrained(path)
+    from openbook.models.loading import _load_offline
+
+    source = str(name_or_path)
+    if Path(source).exists() and not is_hf_rag_checkpoint(source):
+        raise ModelLoadError(f"{source} is not a transformers RAG checkpoint (no config.json with model_type 'rag')")
+
+    def load(src: str, **hf):
+        config = RagConfig.from_pretrained(src, **hf)
+        cls = RagTokenForGeneration if _model_type(config) == "rag-token" else RagSequenceForGeneration
+        return config, cls.from_pretrained(src, **hf), _tokenizers(src, hf)
+
+    config, rag, (q_tok, g_tok) = _load_offline(source, load)
     model_type = _model_type(config)
-    cls = RagTokenForGeneration if model_type == "rag-token" else RagSequenceForGeneration
-    try:
-        rag = cls.from_pretrained(path, local_files_only=True)
-    except OSError as err:
-        raise ModelLoadError(f"could not load the RAG checkpoint in {path}: {err}") from None
-    q_tok, g_tok = _tokenizers(path)
     q_tok, g_tok = question_tokenizer or q_tok, generator_tokenizer or g_tok
-    encoder = Encoder(rag.rag.question_encoder, q_tok, pooling="pooler", normalize=False, name=str(path))
+    encoder = Encoder(rag.rag.question_encoder, q_tok, pooling="pooler", normalize=False, name=source)
     generator = Seq2SeqGenerator(
         rag.rag.generator,
         g_tok,

@@ -16,6 +16,7 @@ import numpy as np
 from openbook.corpus import Passage, read_passages
 from openbook.data import demo_passages_path
 from openbook.index import KnowledgeBase
+from openbook.index.kb import FORMAT_VERSION, stored_format_version
 from openbook.models import cache_dir, load_causal_lm, load_config, load_encoder, load_seq2seq
 from openbook.models.causal import CausalLMGenerator
 from openbook.models.encoders import Encoder
@@ -26,22 +27,39 @@ from openbook.models.loading import GENERATOR_ALIASES
 SHIPPED_VECTORS = "embeddings-minilm.f16.npy"  # d(z) of the demo corpus by the default encoder
 
 
+def _is_rag_checkpoint(name_or_path: str) -> bool:
+    """A transformers RAG checkpoint: a local directory, or a hub name whose config says ``rag``."""
+    if name_or_path in GENERATOR_ALIASES or str(name_or_path).endswith(".gguf"):
+        return False
+    return is_hf_rag_checkpoint(name_or_path) or getattr(load_config(name_or_path), "model_type", "") == "rag"
+
+
 def load_generator(name_or_path: str = "default") -> Generator:
-    """A generator adapter by name: the offline default (SmolLM2), a causal LM, or a seq2seq model."""
+    """A generator adapter by name: the offline default (SmolLM2), a causal LM, a seq2seq model, or the
+    generator of a transformers RAG checkpoint."""
     if name_or_path in GENERATOR_ALIASES or str(name_or_path).endswith(".gguf"):
         return CausalLMGenerator(*load_causal_lm(name_or_path))
-    if is_hf_rag_checkpoint(name_or_path):
-        return load_hf_rag(name_or_path).generator
     config = load_config(name_or_path)
+    if getattr(config, "model_type", "") == "rag":
+        return load_hf_rag(name_or_path).generator
     if getattr(config, "is_encoder_decoder", False):
         return Seq2SeqGenerator(*load_seq2seq(name_or_path))
     return CausalLMGenerator(*load_causal_lm(name_or_path))
 
 
 def build_knowledge_base(
-    passages: Iterable[Passage], encoder: Encoder, out_dir: str | Path, batch_size: int = 256, progress: bool = True
+    passages: Iterable[Passage],
+    encoder: Encoder,
+    out_dir: str | Path,
+    batch_size: int = 256,
+    progress: bool = True,
+    **options,
 ) -> KnowledgeBase:
-    """Encode passages with the (frozen) document encoder and write a knowledge base directory."""
+    """Encode passages with the (frozen) document encoder and write a knowledge base directory.
+
+    ``options`` go to :meth:`KnowledgeBase.build` (``index_type``, ``index_params``, ``dtype``,
+    ``on_error``, ``resume``, ``description``, ``source_info``).
+    """
     return KnowledgeBase.build(
         passages,
         lambda batch: encoder.encode_passages(batch, batch_size=64),
@@ -49,6 +67,7 @@ def build_knowledge_base(
         out_dir,
         batch_size=batch_size,
         progress=progress,
+        **options,
     )
 
 
@@ -64,7 +83,7 @@ def demo_knowledge_base(encoder: Encoder, progress: bool = True) -> KnowledgeBas
     they are used only if a live re-encoding of a sample agrees with them.
     """
     path = demo_kb_dir(encoder)
-    if (path / "manifest.json").is_file():
+    if stored_format_version(path) == FORMAT_VERSION:  # an older format is rebuilt below
         return KnowledgeBase.load(path, expected_encoder=encoder.info())
     passages = list(read_passages(demo_passages_path()))
     if progress:
@@ -99,20 +118,22 @@ def _shipped_vectors(encoder: Encoder, passages: list, sample: int = 32) -> np.n
 
 
 def load_rag(
-    model: str = "rag-sequence",
+    model: str | None = None,
     kb: str | Path | KnowledgeBase | None = None,
     generator: str = "default",
     encoder: str = "default",
     **kwargs,
 ):
     """A :class:`~openbook.rag.model.RAG` from names. ``generator`` may be a transformers RAG checkpoint
-    directory (then its DPR question encoder is used unless ``encoder`` is given explicitly)."""
+    (``facebook/rag-sequence-nq``, or a ``save_pretrained`` directory): then its DPR question encoder
+    is used unless ``encoder`` is given, and ``model`` defaults to the checkpoint's kind."""
     from openbook.rag.model import RAG
 
-    if is_hf_rag_checkpoint(generator):
+    if _is_rag_checkpoint(generator):
         imported = load_hf_rag(generator)
         gen = imported.generator
         query_encoder = imported.query_encoder if encoder == "default" else load_encoder(encoder)
+        model = model or imported.model_type
     else:
         gen = load_generator(generator)
         query_encoder = load_encoder(encoder)
@@ -122,4 +143,4 @@ def load_rag(
         knowledge = kb
     else:
         knowledge = KnowledgeBase.load(kb, expected_encoder=query_encoder.info())
-    return RAG(query_encoder, gen, knowledge, model=model, **kwargs)
+    return RAG(query_encoder, gen, knowledge, model=model or "rag-sequence", **kwargs)

@@ -20,7 +20,7 @@ from torch import nn
 
 from openbook.errors import InputError
 from openbook.index import KnowledgeBase
-from openbook.models.encoders import Encoder
+from openbook.models.encoders import Encoder, default_score_scale
 from openbook.models.generators import Generator
 from openbook.rag.decoding import beam_config_for, rag_sequence_decode, rag_token_decode
 from openbook.rag.marginal import (
@@ -122,7 +122,7 @@ class RAG(nn.Module):
         self.model_type = model
         self.k = k
         if score_scale is None:
-            score_scale = 20.0 if getattr(query_encoder, "normalize", False) else 1.0
+            score_scale = default_score_scale(query_encoder)
         self.log_scale = nn.Parameter(torch.tensor(math.log(score_scale)), requires_grad=learn_scale)
         self.kb = kb
         self._check_kb(kb)
@@ -253,7 +253,7 @@ class RAG(nn.Module):
         return answers
 
 
-def _load(cls, model: str = "rag-sequence", kb=None, generator: str = "default", encoder: str = "default", **kw):
+def _load(cls, model: str | None = None, kb=None, generator: str = "default", encoder: str = "default", **kw):
     """``RAG.load``: build a model from names (see :func:`openbook.rag.assemble.load_rag`)."""
     from openbook.rag.assemble import load_rag
 
