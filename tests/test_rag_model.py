@@ -176,3 +176,13 @@ def test_load_rag_from_a_saved_transformers_checkpoint(tmp_path):
     assert rag.model_type == "rag-token" and rag.query_encoder.pooling == "pooler"
     answer = rag.ask(["capital of france"], max_new_tokens=3, num_beams=2)[0]
     assert len(answer.passages) == 2 and answer.token_posteriors is not None
+
+
+@pytest.mark.parametrize("model", ["rag-sequence", "rag-token"])
+def test_n_best_returns_distinct_alternatives(parts, model):
+    encoder, kb, generator = parts
+    rag = RAG(encoder, generator, kb, model=model, k=3)
+    answer = rag.ask(["who wrote the sun rises"], num_beams=4, n_best=3, max_new_tokens=4)[0]
+    assert len(answer.alternatives) == 2
+    with pytest.raises(InputError, match="n_best"):
+        rag.ask(["who wrote the sun rises"], num_beams=2, n_best=3)

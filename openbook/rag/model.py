@@ -51,6 +51,7 @@ class Answer:
     model: str
     passages: list[RetrievedPassage]
     tokens: list[str] = field(default_factory=list)  # the answer's tokens, as generated
+    alternatives: list[str] = field(default_factory=list)  # the next-best hypotheses (n-best), best first
     token_posteriors: list[list[float]] | None = None  # RAG-Token: p(z_t|x,y_<=t) per token, per passage
 
     def to_dict(self, full: bool = False) -> dict:
@@ -201,9 +202,13 @@ class RAG(nn.Module):
         max_new_tokens: int = 32,
         min_new_tokens: int = 0,
         length_penalty: float = 1.0,
+        n_best: int = 1,
+        early_stopping: bool | str = False,
     ) -> list[Answer]:
         """Answer each question with provenance: passages, p(z|x), p(z|x,y) and (RAG-Token) per-token
-        document posteriors. RAG-Sequence uses Thorough or Fast decoding (``decoding``)."""
+        document posteriors. RAG-Sequence uses Thorough or Fast decoding (``decoding``). ``num_beams=1``
+        is greedy search; ``n_best > 1`` also returns the next-best hypotheses as ``alternatives``;
+        ``length_penalty``, ``min_new_tokens`` and ``early_stopping`` mean what they mean in transformers."""
         if decoding not in DECODINGS:
             raise InputError(f"decoding must be one of {', '.join(DECODINGS)}, not {decoding!r}")
         if isinstance(num_beams, bool) or not isinstance(num_beams, int) or num_beams < 1:
@@ -214,15 +219,21 @@ class RAG(nn.Module):
         retrieval = self.retrieve(questions, k)
         B, K = retrieval.doc_logprobs.shape
         memory = self.generator.encode(self.generator.contexts(questions, retrieval.passages))
+        if not 1 <= n_best <= num_beams:
+            raise InputError(f"n_best must be between 1 and the number of beams ({num_beams}), got {n_best}")
         cfg = beam_config_for(self.generator, num_beams=num_beams, max_length=max_new_tokens + 1,
                               min_length=min_new_tokens + 1 if min_new_tokens else 0,
-                              length_penalty=length_penalty)
+                              length_penalty=length_penalty, num_return_sequences=n_best,
+                              early_stopping=early_stopping)
         prior = retrieval.doc_logprobs
         if self.model_type == "rag-token":
-            tokens = rag_token_decode(self.generator, memory, prior, cfg).tokens[:, 0]
+            decoded = rag_token_decode(self.generator, memory, prior, cfg)
         else:
-            tokens = rag_sequence_decode(self.generator, memory, prior, cfg, decoding).tokens[:, 0]
-        return self._answers(questions, retrieval, memory, tokens)
+            decoded = rag_sequence_decode(self.generator, memory, prior, cfg, decoding)
+        answers = self._answers(questions, retrieval, memory, decoded.tokens[:, 0])
+        for b, answer in enumerate(answers):
+            answer.alternatives = self.generator.decode_tokens(decoded.tokens[b, 1:])
+        return answers
 
     def _answers(self, questions, retrieval: Retrieval, memory, tokens: torch.Tensor) -> list[Answer]:
         """Provenance for the chosen answers: p(z|x,y) and, for RAG-Token, the Figure-2 posteriors."""
