@@ -57,7 +57,7 @@ def _positive_int(text: str) -> int:
 
 
 # Command groups beyond `ask`: each module has `register(subparsers)` and sets `handler` on its parsers.
-COMMAND_MODULES: tuple[str, ...] = ("openbook.commands.eval",)
+COMMAND_MODULES: tuple[str, ...] = ("openbook.commands.eval", "openbook.commands.kb", "openbook.commands.retrieve")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -136,6 +136,10 @@ def build_parser() -> argparse.ArgumentParser:
         default=DEFAULT_MAX_NEW_TOKENS,
         help="longest answer, in generator tokens (default: %(default)s)",
     )
+    ask.add_argument("--min-new-tokens", type=int, metavar="N", default=0,
+                     help="shortest answer, in generator tokens (default: %(default)s)")
+    ask.add_argument("--length-penalty", type=float, metavar="X", default=1.0,
+                     help="beam score = log p / length**X, as in transformers (default: %(default)s)")
     ask.add_argument(
         "--batch-size",
         type=_positive_int,
@@ -232,6 +236,8 @@ def _cmd_ask(args: argparse.Namespace) -> int:
 
     rag = _load_rag(model=args.model, kb=args.kb, generator=args.generator, encoder=args.encoder)
     options = dict(k=args.k, num_beams=args.beams, decoding=decoding, max_new_tokens=args.max_new_tokens)
+    if args.min_new_tokens or args.length_penalty != 1.0:  # only pass what differs from the defaults
+        options.update(min_new_tokens=args.min_new_tokens, length_penalty=args.length_penalty)
 
     if args.file is None:
         (answer,) = _ask(rag, [args.question], options, where=None)
