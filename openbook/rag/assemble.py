@@ -6,6 +6,7 @@ encoder (models) into an index (index); a generator name becomes the right adapt
 
 from __future__ import annotations
 
+import json
 import re
 import sys
 from pathlib import Path
@@ -106,6 +107,10 @@ def _shipped_vectors(encoder: Encoder, passages: list, sample: int = 32) -> np.n
     """The shipped demo vectors as float32 if they belong to this encoder and corpus, else None."""
     path = demo_passages_path().parent / SHIPPED_VECTORS
     if not path.is_file():
+        return None
+    meta_path = path.with_suffix(".json")
+    meta = json.loads(meta_path.read_text()) if meta_path.is_file() else {}
+    if meta.get("encoder", {}).get("name") != encoder.name:
         return None
     vectors = np.load(path).astype(np.float32)
     if vectors.shape != (len(passages), encoder.dim):
