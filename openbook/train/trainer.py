@@ -1,0 +1,198 @@
+"""End-to-end RAG fine-tuning (Lewis et al. 2020, section 2.4).
+
+Minimise the negative marginal log-likelihood sum_j -log p(y_j|x_j) with Adam, updating the query
+encoder q(x) and the generator p_theta while the document encoder and the index stay frozen. The
+``frozen`` retriever ablation (Table 6) also freezes q(x).
+
+Resumable: a checkpoint (written atomically) holds the trainable weights, the optimiser state, the RNG
+states and the position in the data order, so ``resume=True`` after an interruption continues to the same
+weights an uninterrupted run reaches.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Callable, Sequence
+
+import torch
+from tqdm import tqdm
+
+from openbook.errors import InputError
+from openbook.index.atomic import make_temp_dir_next_to, replace_dir
+
+CHECKPOINT = "checkpoint"
+
+
+@dataclass
+class TrainConfig:
+    """Training options. Learning rates are per part: the paper fine-tunes q(x) and the generator."""
+
+    k: int = 5
+    epochs: int = 1
+    max_steps: int | None = None  # optimiser steps; overrides epochs when set
+    batch_size: int = 4
+    grad_accumulation: int = 1
+    lr_generator: float = 3e-5
+    lr_query_encoder: float = 1e-5
+    lr_score_scale: float = 1e-2  # only if the model's score scale is learnable
+    label_smoothing: float = 0.0
+    max_target_length: int = 32
+    freeze_retriever: bool = False  # the "Frozen" ablation: q(x) is not updated
+    seed: int = 0
+    checkpoint_every: int = 50  # optimiser steps
+    eval_every: int = 0  # optimiser steps; 0 = only at the end
+    mixed_precision: bool = False  # bfloat16 autocast on CPUs that support it
+    extra: dict = field(default_factory=dict)
+
+
+@dataclass
+class TrainState:
+    step: int = 0  # optimiser steps taken
+    epoch: int = 0
+    position: int = 0  # examples consumed in the current epoch's order
+    history: list = field(default_factory=list)  # (step, loss) and dev results
+
+
+def parameter_groups(rag, cfg: TrainConfig) -> list[dict]:
+    """Adam groups: the generator, the query encoder (unless frozen), the learnable score scale."""
+    groups = [{"params": [p for p in rag.generator.parameters()], "lr": cfg.lr_generator, "name": "generator"}]
+    if not cfg.freeze_retriever:
+        groups.append({"params": list(rag.query_encoder.parameters()), "lr": cfg.lr_query_encoder,
+                       "name": "query_encoder"})
+    if rag.log_scale.requires_grad:
+        groups.append({"params": [rag.log_scale], "lr": cfg.lr_score_scale, "name": "score_scale"})
+    return groups
+
+
+def _set_trainable(rag, cfg: TrainConfig) -> None:
+    for p in rag.generator.parameters():
+        p.requires_grad_(True)
+    for p in rag.query_encoder.parameters():
+        p.requires_grad_(not cfg.freeze_retriever)
+
+
+def _epoch_order(n: int, seed: int, epoch: int) -> list[int]:
+    order = list(range(n))
+    random.Random(seed * 1_000_003 + epoch).shuffle(order)
+    return order
+
+
+def _trainable_state(rag) -> dict:
+    """The weights training changes (the document vectors and index live in the knowledge base)."""
+    return {k: v for k, v in rag.state_dict().items()}
+
+
+def save_checkpoint(out_dir: Path, rag, optimizer, state: TrainState, cfg: TrainConfig) -> None:
+    """Write ``out_dir/checkpoint`` atomically: a crash leaves the previous checkpoint intact."""
+    target = out_dir / CHECKPOINT
+    tmp = make_temp_dir_next_to(target)
+    try:
+        torch.save(_trainable_state(rag), tmp / "model.pt")
+        torch.save(optimizer.state_dict(), tmp / "optimizer.pt")
+        torch.save({"torch": torch.get_rng_state(), "python": random.getstate()}, tmp / "rng.pt")
+        (tmp / "state.json").write_text(json.dumps({"state": asdict(state), "config": asdict(cfg)}, indent=1))
+        replace_dir(tmp, target)
+    finally:
+        import shutil
+
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def load_checkpoint(out_dir: Path, rag, optimizer) -> TrainState:
+    path = out_dir / CHECKPOINT
+    if not (path / "state.json").is_file():
+        raise InputError(f"no checkpoint to resume from in {out_dir} (expected {path}/state.json)")
+    rag.load_state_dict(torch.load(path / "model.pt", weights_only=True))
+    optimizer.load_state_dict(torch.load(path / "optimizer.pt", weights_only=True))
+    rng = torch.load(path / "rng.pt", weights_only=False)
+    torch.set_rng_state(rng["torch"])
+    random.setstate(rng["python"])
+    saved = json.loads((path / "state.json").read_text())["state"]
+    return TrainState(**saved)
+
+
+def train(
+    rag,
+    examples: Sequence[tuple[str, str]],
+    cfg: TrainConfig,
+    out_dir: str | Path,
+    resume: bool = False,
+    evaluate: Callable[[object], dict] | None = None,
+    progress: bool = True,
+    stop_after: int | None = None,
+) -> TrainState:
+    """Fine-tune ``rag`` on (input, target) pairs; checkpoints go to ``out_dir``.
+
+    ``evaluate(rag) -> dict`` runs on the dev set every ``cfg.eval_every`` steps and at the end.
+    ``stop_after`` stops after that many optimiser steps *of this call* (to simulate an interruption).
+    """
+    if not examples:
+        raise InputError("no training examples")
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    torch.manual_seed(cfg.seed)
+    random.seed(cfg.seed)
+    _set_trainable(rag, cfg)
+    optimizer = torch.optim.Adam(parameter_groups(rag, cfg))
+    state = load_checkpoint(out_dir, rag, optimizer) if resume else TrainState()
+    per_step = cfg.batch_size * cfg.grad_accumulation
+    steps_per_epoch = max(1, math.ceil(len(examples) / per_step))
+    total = cfg.max_steps or steps_per_epoch * cfg.epochs
+    bar = tqdm(total=total, initial=state.step, unit="step", desc="training", disable=not progress, file=sys.stderr)
+    taken, started = 0, time.perf_counter()
+    rag.train()
+    while state.step < total:
+        order = _epoch_order(len(examples), cfg.seed, state.epoch)
+        while state.position < len(order) and state.step < total:
+            loss_value = _optimiser_step(rag, optimizer, examples, order, state, cfg)
+            state.step += 1
+            taken += 1
+            state.history.append({"step": state.step, "loss": loss_value})
+            bar.set_postfix(loss=f"{loss_value:.3f}", ex_per_s=f"{taken * per_step / (time.perf_counter() - started):.1f}")
+            bar.update(1)
+            if evaluate and cfg.eval_every and state.step % cfg.eval_every == 0:
+                state.history.append({"step": state.step, "dev": _evaluate(rag, evaluate)})
+            if state.step % cfg.checkpoint_every == 0 or state.step == total:
+                save_checkpoint(out_dir, rag, optimizer, state, cfg)
+            if stop_after is not None and taken >= stop_after:
+                bar.close()
+                return state
+        if state.position >= len(order):
+            state.epoch, state.position = state.epoch + 1, 0
+    bar.close()
+    if evaluate:
+        state.history.append({"step": state.step, "dev": _evaluate(rag, evaluate)})
+    save_checkpoint(out_dir, rag, optimizer, state, cfg)
+    return state
+
+
+def _evaluate(rag, evaluate) -> dict:
+    rag.eval()
+    try:
+        return evaluate(rag)
+    finally:
+        rag.train()
+
+
+def _optimiser_step(rag, optimizer, examples, order, state: TrainState, cfg: TrainConfig) -> float:
+    """One Adam step over ``grad_accumulation`` micro-batches; returns the mean loss."""
+    optimizer.zero_grad(set_to_none=True)
+    losses = []
+    for _ in range(cfg.grad_accumulation):
+        if state.position >= len(order):
+            break
+        batch = [examples[i] for i in order[state.position: state.position + cfg.batch_size]]
+        state.position += len(batch)
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=cfg.mixed_precision):
+            loss = rag.loss([x for x, _ in batch], [y for _, y in batch], k=cfg.k, epsilon=cfg.label_smoothing,
+                            max_target_length=cfg.max_target_length)
+        (loss / cfg.grad_accumulation).backward()
+        losses.append(float(loss.detach()))
+    optimizer.step()
+    return sum(losses) / max(1, len(losses))
