@@ -156,6 +156,8 @@ class RAG(nn.Module):
         k = self._check_k(k)
         q = self.query_encoder(questions)  # (B, d)
         _, ids = self.kb.search(q.detach().float().cpu().numpy(), k)
+        if (ids < 0).any():  # fewer live passages than k (e.g. after deletions)
+            raise InputError(f"the knowledge base {self.kb.path} returned fewer than k={k} passages; lower k")
         doc_vectors = torch.from_numpy(np.ascontiguousarray(self.kb.embeddings[ids])).to(q)  # (B, K, d)
         scores = torch.einsum("bkd,bd->bk", doc_vectors, q)
         doc_logprobs = torch.log_softmax(scores.float() * self.score_scale, dim=-1)
