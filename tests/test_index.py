@@ -122,7 +122,7 @@ def test_index_load_errors(tmp_path):
     garbage.write_bytes(b"not an index at all")
     with pytest.raises(InputError, match=f"{garbage}: not a readable FAISS index"):
         DenseIndex.load(garbage)
-    with pytest.raises(InputError, match="unknown index type 'hnsw_magic'; known types: flat_ip"):
+    with pytest.raises(InputError, match="unknown index type 'hnsw_magic'; known types: flat"):
         index_class("hnsw_magic")
 
 
@@ -131,17 +131,19 @@ def test_index_load_errors(tmp_path):
 
 def test_kb_build_load_round_trip(kb, tmp_path):
     assert entries(tmp_path) == ["kb"]  # temporary build directory renamed away
-    assert entries(kb.path) == ["embeddings.npy", "index.faiss", "manifest.json", "passages.jsonl"]
+    assert entries(kb.path) == ["embeddings.npy", "index.faiss", "manifest.json", "passages.sqlite"]
     loaded = KnowledgeBase.load(kb.path, expected_encoder=dict(ENCODER))
     assert len(loaded) == len(PASSAGES) and list(loaded) == PASSAGES
     assert loaded[2] == PASSAGES[2] and loaded[-1] == PASSAGES[-1]
     np.testing.assert_array_equal(loaded.embeddings, encode_passages(PASSAGES))
     assert loaded.embeddings.dtype == np.float32 and not loaded.embeddings.flags.writeable
     manifest = loaded.manifest
-    assert manifest["format_version"] == 1 and manifest["encoder"] == ENCODER == loaded.encoder_info
-    assert manifest["dim"] == DIM and manifest["index_type"] == "flat_ip"
-    assert manifest["num_passages"] == len(PASSAGES) and "created_at" in manifest
-    assert set(manifest["files"]) == {"passages.jsonl", "embeddings.npy", "index.faiss"}
+    assert manifest["format_version"] == 2 and manifest["encoder"] == ENCODER == loaded.encoder_info
+    assert manifest["dim"] == DIM and manifest["index_type"] == "flat" and manifest["dtype"] == "float32"
+    assert manifest["index"] == {"type": "flat", "params": {}, "file": "index.faiss"}
+    assert manifest["num_passages"] == manifest["num_rows"] == len(PASSAGES) and "created_at" in manifest
+    assert manifest["current_version"] == manifest["latest_version"] == 1 and len(manifest["versions"]) == 1
+    assert set(manifest["files"]) == {"passages.sqlite", "embeddings.npy", "index.faiss"}
     loaded.verify()
 
 
@@ -232,8 +234,9 @@ def test_interrupted_build_leaves_no_output(tmp_path):
 
 def test_interrupted_rebuild_keeps_previous_kb(kb, tmp_path):
     before = {name: (kb.path / name).read_bytes() for name in entries(kb.path)}
+    more = [Passage(f"{p.id}/{copy}", p.title, p.text) for copy in range(3) for p in PASSAGES]
     with pytest.raises(EncoderCrash):
-        build(kb.path, passages=PASSAGES * 3, encode=crash_on_second_batch())
+        build(kb.path, passages=more, encode=crash_on_second_batch())
     assert entries(tmp_path) == ["kb"]
     assert {name: (kb.path / name).read_bytes() for name in entries(kb.path)} == before
     assert list(KnowledgeBase.load(kb.path)) == PASSAGES
@@ -250,14 +253,14 @@ def test_kb_load_directory_without_manifest(tmp_path):
         KnowledgeBase.load(tmp_path)
 
 
-@pytest.mark.parametrize("name", ["passages.jsonl", "embeddings.npy", "index.faiss"])
+@pytest.mark.parametrize("name", ["passages.sqlite", "embeddings.npy", "index.faiss"])
 def test_kb_load_missing_file(kb, name):
     (kb.path / name).unlink()
     with pytest.raises(KnowledgeBaseError, match=f"incomplete: {name} is missing"):
         KnowledgeBase.load(kb.path)
 
 
-@pytest.mark.parametrize("name", ["passages.jsonl", "embeddings.npy", "index.faiss"])
+@pytest.mark.parametrize("name", ["passages.sqlite", "embeddings.npy", "index.faiss"])
 def test_kb_load_truncated_file(kb, name):
     path = kb.path / name
     path.write_bytes(path.read_bytes()[:-10])
@@ -266,7 +269,7 @@ def test_kb_load_truncated_file(kb, name):
 
 
 def test_kb_load_checksum_mismatch(kb):
-    path = kb.path / "passages.jsonl"
+    path = kb.path / "passages.sqlite"
     path.write_bytes(path.read_bytes().replace(b"Berlin", b"Bonn!!"))
     with pytest.raises(KnowledgeBaseError, match=f"{path} does not match its sha256 checksum"):
         KnowledgeBase.load(kb.path)

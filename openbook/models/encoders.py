@@ -42,6 +42,16 @@ PASSAGE_FORMATS = ("pair", "joined")
 COMPUTE_DTYPES = ("float32", "bfloat16")
 MAX_LENGTH_CAP = 512
 _DPR_CLASSES = {"DPRQuestionEncoder": DPRQuestionEncoder, "DPRContextEncoder": DPRContextEncoder}
+NORMALIZED_SCORE_SCALE = 20.0
+
+
+def default_score_scale(encoder) -> float:
+    """The default multiplier of d(z)^T q(x) before the softmax that gives the retriever prior p(z|x).
+
+    DPR's unnormalised vectors use 1. With L2-normalised encoders the scores are cosines in [-1, 1], so
+    p(z|x) would be nearly uniform: the default there is :data:`NORMALIZED_SCORE_SCALE` (20).
+    """
+    return NORMALIZED_SCORE_SCALE if getattr(encoder, "normalize", False) else 1.0
 
 
 class PassageLike(Protocol):

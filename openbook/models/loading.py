@@ -21,6 +21,7 @@ import json
 import os
 import shutil
 import socket
+import sys
 import warnings
 from contextlib import contextmanager
 from functools import lru_cache
@@ -129,6 +130,7 @@ def load_gguf_cached(gguf: Path, target: Path):
     """``(model, tokenizer)`` from the converted copy of ``gguf`` at ``target``, converting it first if needed."""
     source = _gguf_source_marker(gguf)
     if _read_marker(target) != source:
+        print(f"openbook: converting {gguf.name} to a float32 copy in {target} (once, ~30 s)", file=sys.stderr)
         model, tokenizer = load_gguf(gguf)
         try:
             write_atomically(target, lambda folder: _save_converted(model, tokenizer, folder, source))

@@ -1,0 +1,393 @@
+"""``openbook kb``: build, inspect, edit and switch versions of a knowledge base.
+
+``kb build`` streams a corpus (JSON Lines, DPR TSV, Parquet, folders of .txt/.md) into a knowledge base;
+if it is interrupted, the same command continues where it stopped. ``kb add``, ``kb update`` and
+``kb delete`` change a knowledge base without rebuilding it, each change a new version; ``kb versions``
+lists them and ``kb use`` switches between them. ``kb info`` describes one.
+
+Nothing heavy is imported until a command runs; the encoder is loaded through :func:`load_encoder`,
+which tests replace.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import sys
+import warnings
+from pathlib import Path
+from typing import Any
+
+ENCODE_BATCH = 64  # texts per forward pass of the encoder (within one --batch-size batch)
+
+
+def load_encoder(name: str):
+    """The document/query encoder called ``name`` (replaced by a tiny encoder in the CLI tests)."""
+    from openbook.models import load_encoder as load
+
+    return load(name)
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
+# --------------------------------------------------------------------------------------------------
+# parser
+
+
+def register(subparsers) -> None:
+    """Add the ``kb`` command group to the top-level ``subparsers``."""
+    group = subparsers.add_parser(
+        "kb",
+        help="build, inspect and edit knowledge bases (kb build | info | add | update | delete | versions | use)",
+        description="Knowledge-base commands. Run `openbook kb ACTION --help` for one of them.",
+    )
+    actions = group.add_subparsers(dest="kb_action", metavar="ACTION", required=True)
+    _register_build(actions)
+    _register_info(actions)
+    _register_add(actions)
+    _register_update(actions)
+    _register_delete(actions)
+    _register_versions(actions)
+    _register_use(actions)
+
+
+def _register_build(actions) -> None:
+    build = actions.add_parser(
+        "build",
+        help="encode a corpus into a new knowledge base (resumable)",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        description=(
+            "Read SOURCEs, split them into disjoint passages of at most --max-words words (keeping the\n"
+            "titles), encode them with the document encoder and index them into DIR. The corpus is\n"
+            "streamed: memory does not grow with its size. Sources:\n"
+            "  *.jsonl[.gz]     {title, text} or {id, contents} records (DPR / FlashRAG / Pyserini)\n"
+            "  *.tsv[.gz]       DPR psgs_w100.tsv: a header row, then id<TAB>text<TAB>title\n"
+            "  *.parquet        columns title/text or contents (and optionally id)\n"
+            "  folder, *.txt, *.md  text files; title = first Markdown heading or the file name\n"
+            "If the build is interrupted, running the same command again continues after the last\n"
+            "completed batch (the state is kept in DIR.partial). DIR appears only once complete."
+        ),
+        epilog=(
+            "examples:\n"
+            "  openbook kb build notes/ --out my-kb\n"
+            "  openbook kb build psgs_w100.tsv --out wiki-kb --index hnsw --dtype float16\n"
+            "  openbook kb build corpus.parquet --out kb --index ivfpq --index-param nlist=4096 --on-error skip"
+        ),
+    )
+    build.add_argument("sources", nargs="+", metavar="SOURCE", help="corpus files or folders")
+    build.add_argument("--out", required=True, metavar="DIR", help="the knowledge-base directory to write")
+    build.add_argument("--encoder", metavar="NAME_OR_PATH", default="default",
+                       help="document encoder d(z); queries must use the same one (default: the offline all-MiniLM-L6-v2)")
+    build.add_argument("--index", default="flat", metavar="TYPE",
+                       help="index type: flat (exact), hnsw, ivfpq or hnsw_sq8 (default: %(default)s)")
+    build.add_argument("--index-param", action="append", default=[], metavar="KEY=VALUE",
+                       help="an index parameter, e.g. M=32 or nlist=4096 (repeatable)")
+    build.add_argument("--max-words", type=_positive_int, default=100, metavar="N",
+                       help="words per passage (default: %(default)s, as in the RAG paper)")
+    build.add_argument("--on-error", choices=("stop", "skip"), default="stop",
+                       help="a malformed record stops the build (default) or is skipped and counted")
+    build.add_argument("--dtype", choices=("float32", "float16"), default="float32",
+                       help="how the document vectors are stored (default: %(default)s; float16 halves the size)")
+    build.add_argument("--batch-size", type=_positive_int, default=256, metavar="N",
+                       help="passages encoded and saved per batch, the unit of resuming (default: %(default)s)")
+    build.add_argument("--restart", action="store_true",
+                       help="discard the state of an interrupted build of DIR instead of continuing it")
+    build.add_argument("--quiet", action="store_true", help="no progress bars")
+    build.set_defaults(handler=_cmd_build)
+
+
+def _register_info(actions) -> None:
+    info = actions.add_parser("info", help="describe a knowledge base: passages, encoder, index, versions, sizes")
+    info.add_argument("dir", metavar="DIR")
+    info.add_argument("--json", action="store_true", help="print one JSON object")
+    info.set_defaults(handler=_cmd_info)
+
+
+def _register_add(actions) -> None:
+    add = actions.add_parser("add", help="add the passages of SOURCEs (a new version, no rebuild)")
+    add.add_argument("dir", metavar="DIR")
+    add.add_argument("sources", nargs="+", metavar="SOURCE", help="corpus files or folders (as for kb build)")
+    add.add_argument("--encoder", metavar="NAME_OR_PATH", default=None,
+                     help="document encoder (default: the one the knowledge base was built with)")
+    add.add_argument("--max-words", type=_positive_int, default=None, metavar="N",
+                     help="words per passage (default: as the knowledge base was built)")
+    add.add_argument("--on-error", choices=("stop", "skip"), default="stop",
+                     help="a malformed record (or an id already present) stops the edit (default) or is skipped")
+    add.add_argument("--batch-size", type=_positive_int, default=256, metavar="N")
+    add.add_argument("--description", default=None, help="describe this version (default: what changed)")
+    add.add_argument("--quiet", action="store_true", help="no progress bars")
+    add.set_defaults(handler=_cmd_add)
+
+
+def _register_update(actions) -> None:
+    update = actions.add_parser(
+        "update",
+        help="change passages' text or title (a new version; the old text stays in earlier versions)",
+        description="Change one passage (--id and --text, optionally --title) or many (--file, JSON Lines "
+                    "of {id, text, title?}). A passage keeps its title unless a new one is given.",
+    )
+    update.add_argument("dir", metavar="DIR")
+    update.add_argument("--id", dest="passage_id", metavar="ID", help="the passage to change")
+    update.add_argument("--text", help="its new text")
+    update.add_argument("--title", default=None, help="its new title (default: unchanged)")
+    update.add_argument("--file", metavar="UPDATES.jsonl", help="JSON Lines of {id, text, title?}")
+    update.add_argument("--encoder", metavar="NAME_OR_PATH", default=None,
+                        help="document encoder (default: the one the knowledge base was built with)")
+    update.add_argument("--description", default=None, help="describe this version (default: what changed)")
+    update.set_defaults(handler=_cmd_update, subparser=update)
+
+
+def _register_delete(actions) -> None:
+    delete = actions.add_parser("delete", help="delete passages by id (a new version; earlier ones keep them)")
+    delete.add_argument("dir", metavar="DIR")
+    delete.add_argument("ids", nargs="+", metavar="ID")
+    delete.add_argument("--description", default=None, help="describe this version (default: what changed)")
+    delete.set_defaults(handler=_cmd_delete)
+
+
+def _register_versions(actions) -> None:
+    versions = actions.add_parser("versions", help="list the versions of a knowledge base")
+    versions.add_argument("dir", metavar="DIR")
+    versions.add_argument("--json", action="store_true", help="print a JSON list")
+    versions.set_defaults(handler=_cmd_versions)
+
+
+def _register_use(actions) -> None:
+    use = actions.add_parser("use", help="make VERSION the current version (e.g. to restore old knowledge)")
+    use.add_argument("dir", metavar="DIR")
+    use.add_argument("version", type=_positive_int, metavar="VERSION")
+    use.set_defaults(handler=_cmd_use)
+
+
+# --------------------------------------------------------------------------------------------------
+# helpers
+
+
+def _record_errors(on_error: str):
+    from openbook.corpus import RecordErrors
+
+    return RecordErrors(on_error, report=lambda message: warnings.warn(f"skipped {message}", stacklevel=2))
+
+
+def _encode_fn(encoder):
+    return lambda batch: encoder.encode_passages(batch, batch_size=ENCODE_BATCH)
+
+
+def _kb_encoder(path: Path, manifest: dict, name: str | None):
+    """The encoder to add passages with: ``name`` or the knowledge base's own, checked against it."""
+    from openbook.index.kb import check_encoder_matches
+
+    built_with = manifest["encoder"]
+    encoder = load_encoder(name or built_with.get("name") or "default")
+    check_encoder_matches(path, built_with, encoder.info())
+    return encoder
+
+
+def _size(n: int) -> str:
+    value = float(n)
+    for unit in ("B", "KB", "MB", "GB", "TB"):
+        if value < 1024 or unit == "TB":
+            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1024
+    return f"{n} B"
+
+
+def _edited(path: Path, version: int) -> int:
+    from openbook.index.kb import read_manifest
+
+    manifest = read_manifest(path)
+    entry = manifest["versions"][version - 1]
+    print(f"knowledge base {path}: version {version}: {entry['description']} "
+          f"({entry['num_passages']} passages)")
+    return 0
+
+
+# --------------------------------------------------------------------------------------------------
+# handlers
+
+
+def _cmd_build(args: argparse.Namespace) -> int:
+    from openbook.corpus import check_sources, iter_source_passages
+    from openbook.index.dense import index_class
+    from openbook.index.kb import KnowledgeBase, _check_replaceable, disk_usage, parse_index_params, partial_dir
+
+    # Everything that can be checked without the encoder is checked first (fails in milliseconds).
+    sources = check_sources(args.sources)
+    params = parse_index_params(args.index_param)
+    kind = index_class(args.index)
+    out = Path(args.out)
+    _check_replaceable(out)
+    if args.restart:
+        shutil.rmtree(partial_dir(out), ignore_errors=True)
+    encoder = load_encoder(args.encoder)
+    errors = _record_errors(args.on_error)
+    names = ", ".join(str(s) for s in args.sources)
+    kb = KnowledgeBase.build(
+        lambda: iter_source_passages(sources, args.max_words, errors),
+        _encode_fn(encoder),
+        encoder.info(),
+        out,
+        batch_size=args.batch_size,
+        progress=not args.quiet,
+        index_type=kind.type_name,
+        index_params=params,
+        dtype=args.dtype,
+        on_error=errors,
+        resume=True,
+        description=f"build from {names}",
+        source_info={"sources": [str(s.resolve()) for s in sources], "max_words": args.max_words},
+    )
+    manifest = kb.manifest
+    print(f"built knowledge base {kb.path}: {len(kb)} passages from {len(sources)} source(s)")
+    if errors.skipped:
+        print(f"  skipped {errors.skipped} malformed record(s); first: {errors.examples[0]}")
+    _print_summary(manifest, disk_usage(kb.path))
+    kb.close()
+    return 0
+
+
+def _print_summary(manifest: dict, sizes: dict) -> None:
+    from openbook.index.kb import describe_encoder
+
+    index = manifest["index"]
+    params = ", ".join(f"{k}={v}" for k, v in index["params"].items() if v is not None)
+    print(f"  encoder:  {describe_encoder(manifest['encoder'])}")
+    print(f"  vectors:  {manifest['num_rows']} x {manifest['dim']} {manifest['dtype']}")
+    print(f"  index:    {index['type']}" + (f" ({params})" if params else "") + f" in {index['file']}")
+    print(f"  on disk:  {_size(sizes['total'])}")
+
+
+def _cmd_info(args: argparse.Namespace) -> int:
+    from openbook.errors import KnowledgeBaseError
+    from openbook.index.kb import _verify_files, disk_usage, read_manifest
+
+    path = Path(args.dir)
+    manifest = read_manifest(path)
+    try:
+        _verify_files(path, manifest, "size")
+        integrity = "ok (all files present with their recorded sizes)"
+    except KnowledgeBaseError as error:
+        integrity = f"damaged: {error}"
+    sizes = disk_usage(path)
+    if args.json:
+        record = {
+            "path": str(path),
+            "num_passages": manifest["num_passages"],
+            "num_rows": manifest["num_rows"],
+            "current_version": manifest["current_version"],
+            "latest_version": manifest["latest_version"],
+            "integrity": integrity,
+            "disk_bytes": sizes,
+            "manifest": manifest,
+        }
+        print(json.dumps(record, ensure_ascii=False, indent=2))
+        return 0
+    current, latest = manifest["current_version"], manifest["latest_version"]
+    print(f"knowledge base {path}")
+    print(f"  passages: {manifest['num_passages']} at version {current} of {latest}"
+          + ("" if current == latest else " (not the latest: `openbook kb use` to switch)"))
+    _print_summary(manifest, sizes)
+    for name, size in sizes.items():
+        if name != "total":
+            print(f"            {name}: {_size(size)}")
+    build = manifest.get("build", {})
+    if build.get("skipped"):
+        print(f"  skipped:  {build['skipped']} malformed record(s) at build time")
+    print(f"  created:  {manifest.get('created_at', '?')}, updated {manifest.get('updated_at', '?')}")
+    print(f"  format:   {manifest['format_version']}; integrity {integrity}")
+    if "pending_edit" in manifest:
+        print(f"  note:     an edit was interrupted ({manifest['pending_edit'].get('action')}); the next edit cleans it up")
+    return 0
+
+
+def _cmd_versions(args: argparse.Namespace) -> int:
+    from openbook.index.kb import read_manifest
+
+    manifest = read_manifest(Path(args.dir))
+    versions = manifest["versions"]
+    current = manifest["current_version"]
+    if args.json:
+        print(json.dumps([{**v, "current": v["version"] == current} for v in versions], ensure_ascii=False, indent=2))
+        return 0
+    print(f"  {'version':>7}  {'created (UTC)':<25}  {'passages':>9}  description")
+    for v in versions:
+        mark = "*" if v["version"] == current else " "
+        print(f"{mark} {v['version']:>7}  {v['created_at']:<25}  {v['num_passages']:>9}  {v['description']}")
+    print(f"(* = current version {current})")
+    return 0
+
+
+def _cmd_use(args: argparse.Namespace) -> int:
+    from openbook.index.kb import use_version
+
+    manifest = use_version(Path(args.dir), args.version)
+    latest = manifest["latest_version"]
+    print(f"knowledge base {args.dir}: now at version {args.version} of {latest} "
+          f"({manifest['num_passages']} passages)")
+    return 0
+
+
+def _cmd_add(args: argparse.Namespace) -> int:
+    from openbook.corpus import check_sources, iter_source_passages
+    from openbook.index.kb import add_passages, read_manifest
+
+    path = Path(args.dir)
+    manifest = read_manifest(path)
+    sources = check_sources(args.sources)
+    max_words = args.max_words or manifest.get("build", {}).get("max_words") or 100
+    encoder = _kb_encoder(path, manifest, args.encoder)
+    errors = _record_errors(args.on_error)
+    names = ", ".join(str(s) for s in args.sources)
+    version = add_passages(
+        path, iter_source_passages(sources, max_words, errors), _encode_fn(encoder), batch_size=args.batch_size,
+        progress=not args.quiet, on_error=errors, description=args.description, source_label=names,
+    )
+    return _edited(path, version)
+
+
+def _cmd_update(args: argparse.Namespace) -> int:
+    from openbook.corpus.readers import read_numbered_records
+    from openbook.errors import InputError
+    from openbook.index.kb import read_manifest, update_passages
+
+    single = args.passage_id is not None or args.text is not None or args.title is not None
+    if single == (args.file is not None):
+        args.subparser.error("give either --id with --text (and optionally --title), or --file")
+    if single and (args.passage_id is None or args.text is None):
+        args.subparser.error("--id and --text go together")
+    path = Path(args.dir)
+    manifest = read_manifest(path)
+    if single:
+        updates: list[dict[str, Any]] = [
+            {"id": args.passage_id, "text": args.text, "title": args.title, "where": "--id"}
+        ]
+    else:
+        updates = []
+        for lineno, record in read_numbered_records(args.file):
+            updates.append({**{k: record.get(k) for k in ("id", "text", "title")}, "where": f"{args.file}:{lineno}"})
+        if not updates:
+            raise InputError(f"{args.file} has no updates")
+    encoder = _kb_encoder(path, manifest, args.encoder)
+    version = update_passages(path, updates, _encode_fn(encoder), description=args.description)
+    return _edited(path, version)
+
+
+def _cmd_delete(args: argparse.Namespace) -> int:
+    from openbook.index.kb import delete_passages
+
+    path = Path(args.dir)
+    version = delete_passages(path, args.ids, description=args.description)
+    return _edited(path, version)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit("run `openbook kb ...`")
