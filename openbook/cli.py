@@ -37,9 +37,19 @@ DEFAULT_BATCH_SIZE = 8
 
 def _load_rag(model: str, kb: str | None, generator: str, encoder: str) -> Any:
     """Build the RAG model the command will query (replaced by a stub in the CLI tests)."""
+    quiet_libraries()
     from openbook.rag import RAG  # lazy: pulls in torch and transformers
 
     return RAG.load(model=model, kb=kb, generator=generator, encoder=encoder)
+
+
+def quiet_libraries() -> None:
+    """Keep transformers' per-load progress bars and advice off the terminal: openbook prints its own
+    progress for the slow one-time jobs (building a knowledge base, converting the generator)."""
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.set_verbosity_error()
+    hf_logging.disable_progress_bar()
 
 
 # --------------------------------------------------------------------------------------------------
@@ -57,7 +67,13 @@ def _positive_int(text: str) -> int:
 
 
 # Command groups beyond `ask`: each module has `register(subparsers)` and sets `handler` on its parsers.
-COMMAND_MODULES: tuple[str, ...] = ("openbook.commands.eval", "openbook.commands.kb", "openbook.commands.retrieve")
+COMMAND_MODULES: tuple[str, ...] = (
+    "openbook.commands.eval",
+    "openbook.commands.kb",
+    "openbook.commands.retrieve",
+    "openbook.commands.train",
+    "openbook.commands.experiments",
+)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -80,3 +80,34 @@ def test_bad_training_input_is_a_clear_error(kb, tmp_path):
         train(make_rag(kb), [], TrainConfig(), tmp_path / "x", progress=False)
     with pytest.raises(InputError, match="no checkpoint"):
         train(make_rag(kb), EXAMPLES, TrainConfig(max_steps=1), tmp_path / "y", resume=True, progress=False)
+
+
+def test_train_command_end_to_end(kb, tmp_path, capsys):
+    """`openbook train` on models given as local folders, with a dev set, then --resume."""
+    import json
+
+    from openbook.cli import main
+    from openbook.rag.assemble import build_knowledge_base
+
+    rag = make_rag(kb)
+    gen_dir, enc_dir = tmp_path / "gen", tmp_path / "enc"
+    rag.generator.model.save_pretrained(gen_dir)
+    rag.generator.tokenizer.save_pretrained(gen_dir)
+    rag.query_encoder.model.save_pretrained(enc_dir)
+    rag.query_encoder.tokenizer.save_pretrained(enc_dir)
+    from openbook.models import load_encoder
+
+    kb_dir = tmp_path / "kb"
+    build_knowledge_base(PASSAGES, load_encoder(str(enc_dir)), kb_dir, progress=False)  # as the CLI loads it
+    data = tmp_path / "train.jsonl"
+    data.write_text("\n".join(json.dumps({"input": x, "target": y}) for x, y in EXAMPLES))
+    dev = tmp_path / "dev.jsonl"
+    dev.write_text("\n".join(json.dumps({"question": x, "answers": [y]}) for x, y in EXAMPLES[:2]))
+    args = ["train", "--train", str(data), "--dev", str(dev), "--kb", str(kb_dir), "--out", str(tmp_path / "run"),
+            "--generator", str(gen_dir), "--encoder", str(enc_dir), "--k", "2", "--max-steps", "2",
+            "--batch-size", "2", "--checkpoint-every", "1"]
+    assert main(args) == 0
+    out = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert out["steps"] == 2 and 0.0 <= out["dev"]["exact_match"] <= 1.0
+    assert main(args[:-4] + ["--max-steps", "3", "--resume", "--batch-size", "2"]) == 0
+    assert json.loads(capsys.readouterr().out.strip().splitlines()[-1])["steps"] == 3

@@ -1,0 +1,108 @@
+"""`openbook train`: fine-tune a RAG model end to end on (input, target) pairs (paper section 2.4)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+
+def register(commands) -> None:
+    p = commands.add_parser(
+        "train",
+        help="fine-tune the query encoder and generator on (input, target) pairs",
+        description=(
+            "Minimise the negative marginal log-likelihood with Adam, updating the query encoder and the "
+            "generator; the document encoder and index stay frozen. Data: JSON Lines {input, target}, or "
+            "{question, answers} / NQ-open (the first answer is the target)."
+        ),
+    )
+    p.add_argument("--model", choices=("rag-sequence", "rag-token"), default="rag-sequence")
+    p.add_argument("--train", required=True, metavar="FILE", help="training pairs (JSONL, .gz ok)")
+    p.add_argument("--dev", metavar="FILE", help="dev set for exact-match evaluation")
+    p.add_argument("--kb", metavar="DIR", help="knowledge base (default: the demo knowledge base)")
+    p.add_argument("--out", required=True, metavar="DIR", help="run directory: checkpoint, report")
+    p.add_argument("--generator", default="default")
+    p.add_argument("--encoder", default="default")
+    p.add_argument("--k", type=int, default=5, help="documents per input (paper: 5 or 10)")
+    p.add_argument("--epochs", type=int, default=1)
+    p.add_argument("--max-steps", type=int, help="optimiser steps (overrides --epochs)")
+    p.add_argument("--batch-size", type=int, default=4)
+    p.add_argument("--grad-accumulation", type=int, default=1)
+    p.add_argument("--lr-generator", type=float, default=3e-5)
+    p.add_argument("--lr-query-encoder", type=float, default=1e-5)
+    p.add_argument("--learn-scale", action="store_true", help="also learn the retrieval score scale")
+    p.add_argument("--label-smoothing", type=float, default=0.0)
+    p.add_argument("--max-target-length", type=int, default=32)
+    p.add_argument("--freeze-retriever", action="store_true", help="the 'Frozen' ablation: q(x) is not updated")
+    p.add_argument("--mixed-precision", action="store_true", help="bfloat16 autocast (CPU)")
+    p.add_argument("--checkpoint-every", type=int, default=50)
+    p.add_argument("--eval-every", type=int, default=0)
+    p.add_argument("--dev-limit", type=int, default=200, help="dev questions evaluated (default: %(default)s)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--resume", action="store_true", help="continue the run in --out from its checkpoint")
+    p.set_defaults(handler=run, subparser=p)
+
+
+def read_pairs(path: str, limit: int | None = None) -> list[tuple[str, str, list[str]]]:
+    """(input, target, all gold answers) from {input, target} or {question, answers} JSON Lines."""
+    from openbook.corpus.readers import read_records
+    from openbook.errors import InputError
+
+    pairs = []
+    for i, rec in enumerate(read_records(path), 1):
+        if "input" in rec and "target" in rec:
+            pairs.append((str(rec["input"]), str(rec["target"]), [str(rec["target"])]))
+        elif "question" in rec and rec.get("answers"):
+            answers = [str(a) for a in rec["answers"]]
+            pairs.append((str(rec["question"]), answers[0], answers))
+        else:
+            raise InputError(f"{path}: record {i} has neither input/target nor question/answers")
+        if limit and len(pairs) >= limit:
+            break
+    if not pairs:
+        raise InputError(f"{path}: no training pairs")
+    return pairs
+
+
+def exact_match_eval(dev: list[tuple[str, str, list[str]]], k: int, batch_size: int = 8):
+    """A dev evaluator: exact match of greedy-ish (2-beam) answers against all gold answers."""
+    from openbook.eval.metrics import exact_match
+
+    def evaluate(rag) -> dict:
+        scores = []
+        for start in range(0, len(dev), batch_size):
+            chunk = dev[start: start + batch_size]
+            answers = rag.ask([q for q, _, _ in chunk], k=k, num_beams=2, max_new_tokens=16)
+            scores += [exact_match(a.answer, golds) for a, (_, _, golds) in zip(answers, chunk)]
+        return {"exact_match": sum(scores) / len(scores), "n": len(scores)}
+
+    return evaluate
+
+
+def run(args: argparse.Namespace) -> int:
+    from openbook.cli import quiet_libraries
+    from openbook.rag.assemble import load_rag
+    from openbook.train import TrainConfig, train
+
+    quiet_libraries()
+    examples = read_pairs(args.train)
+    dev = read_pairs(args.dev, limit=args.dev_limit) if args.dev else None
+    rag = load_rag(model=args.model, kb=args.kb, generator=args.generator, encoder=args.encoder,
+                   learn_scale=args.learn_scale)
+    cfg = TrainConfig(
+        k=args.k, epochs=args.epochs, max_steps=args.max_steps, batch_size=args.batch_size,
+        grad_accumulation=args.grad_accumulation, lr_generator=args.lr_generator,
+        lr_query_encoder=args.lr_query_encoder, label_smoothing=args.label_smoothing,
+        max_target_length=args.max_target_length, freeze_retriever=args.freeze_retriever, seed=args.seed,
+        checkpoint_every=args.checkpoint_every, eval_every=args.eval_every, mixed_precision=args.mixed_precision,
+    )
+    evaluate = exact_match_eval(dev, args.k) if dev else None
+    state = train(rag, [(x, y) for x, y, _ in examples], cfg, args.out, resume=args.resume, evaluate=evaluate)
+    report = {"steps": state.step, "history": state.history, "model": args.model}
+    Path(args.out, "report.json").write_text(json.dumps(report, indent=1))
+    final = [h for h in state.history if "dev" in h]
+    print(json.dumps({"steps": state.step, "last_loss": state.history[-1].get("loss") if state.history else None,
+                      "dev": final[-1]["dev"] if final else None}), file=sys.stdout)
+    return 0

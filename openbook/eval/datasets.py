@@ -1,0 +1,79 @@
+"""Question-answering evaluation sets as plain records ``{"question", "answers", "gold"}``.
+
+:func:`read_nq_open` reads JSON Lines (plain or gzip, detected by content) in either of two forms:
+
+* the Natural Questions open "oracle" form (lost-in-the-middle / DPR style):
+  ``{"question": str, "answers": [str, ...], "ctxs": [{"title", "text", ...}, ...], ...}`` where the gold
+  passage is ``ctxs[0]``; if the contexts carry ``isgold`` flags, the first context flagged
+  ``isgold: true`` is the gold one (and there is none if no context is flagged);
+* plain question-answer lines ``{"question": str, "answers": [str, ...]}`` (``gold`` is then None).
+
+Each record becomes ``{"question": str, "answers": [str, ...], "gold": {"title", "text"} | None}``.
+Other keys are ignored. Malformed input raises :class:`~openbook.errors.InputError` naming
+``file:line``.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+from openbook.corpus.readers import _numbered_records
+from openbook.errors import InputError
+
+QARecord = dict[str, Any]
+
+
+def read_nq_open(path: str | os.PathLike, limit: int | None = None) -> list[QARecord]:
+    """Read an NQ-open oracle or plain ``{question, answers}`` JSON Lines file (see module docs).
+
+    ``limit`` keeps only the first ``limit`` records. An empty file is an error.
+    """
+    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
+        raise InputError(f"limit must be a positive integer, got {limit!r}")
+    path = Path(path)
+    records: list[QARecord] = []
+    for lineno, raw in _numbered_records(path):
+        if limit is not None and len(records) >= limit:
+            break
+        try:
+            records.append(qa_record(raw))
+        except InputError as exc:
+            raise InputError(f"{path}:{lineno}: {exc}") from None
+    if not records:
+        raise InputError(f"{path}: no questions (the file is empty)")
+    return records
+
+
+def qa_record(raw: dict[str, Any]) -> QARecord:
+    """Validate one parsed line and turn it into ``{"question", "answers", "gold"}``."""
+    question = raw.get("question")
+    if not isinstance(question, str) or not question.strip():
+        raise InputError("'question' must be a non-empty string")
+    answers = raw.get("answers")
+    if not isinstance(answers, list) or not answers or not all(isinstance(a, str) for a in answers):
+        raise InputError("'answers' must be a non-empty list of strings")
+    return {"question": question.strip(), "answers": list(answers), "gold": _gold(raw.get("ctxs"))}
+
+
+def _gold(ctxs: Any) -> dict[str, str] | None:
+    if ctxs is None:
+        return None
+    if not isinstance(ctxs, list) or not all(isinstance(c, dict) for c in ctxs):
+        raise InputError("'ctxs' must be a list of {title, text} objects")
+    if not ctxs:
+        return None
+    if any("isgold" in c for c in ctxs):
+        flagged = [c for c in ctxs if c.get("isgold") is True]
+        if not flagged:
+            return None
+        context = flagged[0]
+    else:
+        context = ctxs[0]
+    title, text = context.get("title", ""), context.get("text")
+    if title is None:
+        title = ""
+    if not isinstance(title, str) or not isinstance(text, str):
+        raise InputError("the gold context must have a string 'text' (and 'title')")
+    return {"title": title, "text": text}

@@ -1,0 +1,399 @@
+"""Retrieval evaluation: does the top-k hold an answer string, or the gold passage?
+
+Metrics (pure functions):
+
+* :func:`answer_in_passage` -- DPR's ``has_answer`` with ``match_type="string"`` (Karpukhin et al.,
+  2020, ``dpr/data/qa_validation.py``): passage and answer are Unicode-NFD normalised and split by
+  DPR's ``SimpleTokenizer`` regex into tokens that are either runs of letters, digits and combining
+  marks (``[\\p{L}\\p{N}\\p{M}]+``) or single other non-space characters (so punctuation is kept, one
+  character per token); tokens are lower-cased, and a passage has the answer if the answer's token
+  sequence occurs contiguously in the passage's. So case never matters, ``"Röntgen"`` matches itself
+  whether written precomposed or decomposed but not ``"Rontgen"``, and ``"18, 2018"`` matches
+  ``"18 , 2018"`` but not ``"18 2018"``. One deliberate difference from DPR: an answer with no tokens
+  never matches (DPR's loop counts it as found in every passage). ``mode="lenient"`` additionally drops
+  accents (combining marks) and punctuation tokens on both sides, so ``"Rontgen"`` matches
+  ``"Röntgen"`` and ``"18 2018"`` matches ``"18, 2018"``; the reported numbers use ``"dpr"``.
+* :func:`gold_match` -- a retrieved passage *is* the gold passage if its title equals the gold title
+  and one text contains the other, both after collapsing runs of whitespace (titles and texts compared
+  exactly otherwise, case included). Containment rather than equality because a knowledge base cuts
+  articles into <= 100-word chunks: every chunk of the gold passage counts (the demo knowledge base
+  holds the NQ gold passages as ``nqgold:*`` chunks), and so does a longer passage that contains the
+  whole gold text.
+* :func:`recall_at_k` -- the fraction of questions with at least one hit in the top k.
+
+:func:`evaluate_retrieval` runs retrievers -- callables ``(questions, k) -> [[Passage, ...], ...]`` --
+over questions in batches and reports recall@k of answers and of gold passages for each. The standard
+retrievers over a knowledge base (dense, BM25, hybrid) come from :func:`standard_retrievers`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import sys
+import time
+import unicodedata
+import warnings
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import regex
+
+from openbook.errors import InputError
+from openbook.index.bm25 import DEFAULT_B, DEFAULT_K1, METHOD, BM25Index, stopword_list
+from openbook.index.dense import check_k
+from openbook.index.hybrid import DEFAULT_C, reciprocal_rank_fusion
+
+DEFAULT_KS = (1, 5, 20, 100)
+MATCH_MODES = ("dpr", "lenient")
+RETRIEVER_NAMES = ("dense", "bm25", "hybrid")
+HYBRID_DEPTH = 100
+BM25_CACHE_DIR = "bm25"
+
+# DPR's SimpleTokenizer: alphanumeric runs (with combining marks), or any single non-space character.
+_DPR_TOKEN = regex.compile(
+    r"([\p{L}\p{N}\p{M}]+)|([^\p{Z}\p{C}])", flags=regex.IGNORECASE | regex.UNICODE | regex.MULTILINE
+)
+_WHITESPACE = regex.compile(r"\s+")
+
+Ranker = Callable[[list[str], int], tuple[np.ndarray, np.ndarray]]
+Retriever = Callable[[list[str], int], list[list[Any]]]
+
+
+# ---------------------------------------------------------------------------------------------------
+# metrics
+
+
+def _check_mode(mode: str) -> str:
+    if mode not in MATCH_MODES:
+        raise InputError(f"answer match mode must be one of {', '.join(MATCH_MODES)}, got {mode!r}")
+    return mode
+
+
+def answer_tokens(text: str, mode: str = "dpr") -> tuple[str, ...]:
+    """The lower-cased DPR tokens of ``text`` (``mode="lenient"``: without accents and punctuation)."""
+    text = unicodedata.normalize("NFD", text)
+    if mode == "lenient":
+        text = "".join(ch for ch in text if not unicodedata.combining(ch))
+        return tuple(m.group().lower() for m in _DPR_TOKEN.finditer(text) if m.group(1) is not None)
+    _check_mode(mode)
+    return tuple(m.group().lower() for m in _DPR_TOKEN.finditer(text))
+
+
+def _contains(tokens: Sequence[str], answer: Sequence[str]) -> bool:
+    """Whether ``answer`` (non-empty) occurs as a contiguous run in ``tokens``."""
+    length = len(answer)
+    if length == 0 or length > len(tokens):
+        return False
+    first = answer[0]
+    for start in range(len(tokens) - length + 1):
+        if tokens[start] == first and tuple(tokens[start : start + length]) == tuple(answer):
+            return True
+    return False
+
+
+def answer_in_passage(passage_text: str, answers: Iterable[str], mode: str = "dpr") -> bool:
+    """DPR's ``has_answer``: whether any answer's token sequence occurs in the passage (module docs)."""
+    _check_mode(mode)
+    tokens = answer_tokens(passage_text, mode)
+    return any(_contains(tokens, answer_tokens(answer, mode)) for answer in answers)
+
+
+def _collapse(text: str) -> str:
+    return _WHITESPACE.sub(" ", text).strip()
+
+
+def _field(item: Any, name: str) -> str:
+    value = item.get(name, "") if isinstance(item, Mapping) else getattr(item, name, "")
+    return "" if value is None else str(value)
+
+
+def gold_match(passage: Any, gold: Any) -> bool:
+    """Whether ``passage`` is (a chunk of) the ``gold`` passage: same title, one text inside the other.
+
+    Both are objects with ``title`` and ``text`` attributes or dicts with those keys; see module docs.
+    """
+    if gold is None:
+        return False
+    if _collapse(_field(passage, "title")) != _collapse(_field(gold, "title")):
+        return False
+    text, gold_text = _collapse(_field(passage, "text")), _collapse(_field(gold, "text"))
+    return bool(text) and bool(gold_text) and (text in gold_text or gold_text in text)
+
+
+def recall_at_k(hits, ks: Iterable[int]) -> dict[int, float]:
+    """``{k: fraction of rows with a True among the first k columns}`` for a bool ``(m, K)`` array.
+
+    ``k`` larger than ``K`` uses all ``K`` columns (fewer passages were retrieved).
+    """
+    hits = np.asarray(hits, dtype=bool)
+    if hits.ndim != 2:
+        raise InputError(f"hits must be a 2-D (questions, ranks) array, got shape {hits.shape}")
+    if hits.shape[0] == 0:
+        raise InputError("recall@k of no questions is undefined")
+    first_hit = np.where(hits.any(axis=1), hits.argmax(axis=1), np.iinfo(np.int64).max)
+    return {int(k): float((first_hit < check_k(k)).mean()) for k in ks}
+
+
+def check_ks(ks: Iterable[int]) -> list[int]:
+    """Sorted distinct positive ks."""
+    values = sorted({check_k(k) for k in ks})
+    if not values:
+        raise InputError("give at least one k")
+    return values
+
+
+# ---------------------------------------------------------------------------------------------------
+# evaluation
+
+
+class _Matcher:
+    """Answer and gold matching with per-text caches (the same passages come back for many questions)."""
+
+    def __init__(self, mode: str):
+        self.mode = _check_mode(mode)
+        self._tokens: dict[str, tuple[str, ...]] = {}
+
+    def tokens(self, text: str) -> tuple[str, ...]:
+        cached = self._tokens.get(text)
+        if cached is None:
+            cached = self._tokens[text] = answer_tokens(text, self.mode)
+        return cached
+
+    def has_answer(self, text: str, answers: list[tuple[str, ...]]) -> bool:
+        tokens = self.tokens(text)
+        return any(_contains(tokens, answer) for answer in answers)
+
+
+def _check_questions(questions: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+    questions = list(questions)
+    if not questions:
+        raise InputError("no questions to evaluate")
+    for i, record in enumerate(questions, 1):
+        if not isinstance(record, Mapping):
+            raise InputError(f"question {i} is a {type(record).__name__}, not a {{question, answers}} record")
+        if not isinstance(record.get("question"), str) or not record["question"].strip():
+            raise InputError(f"question {i} has no question text")
+        answers = record.get("answers")
+        if isinstance(answers, str) or not isinstance(answers, Sequence) or not all(isinstance(a, str) for a in answers):
+            raise InputError(f"question {i}: 'answers' must be a list of strings")
+    return questions
+
+
+def evaluate_retrieval(
+    questions: Sequence[Mapping[str, Any]],
+    retrievers: Mapping[str, Retriever],
+    ks: Iterable[int] = DEFAULT_KS,
+    batch_size: int = 64,
+    mode: str = "dpr",
+    progress: bool = False,
+) -> dict[str, Any]:
+    """Recall@k of answers and of gold passages for each retriever.
+
+    ``questions``: records ``{"question", "answers", "gold"}`` (see :mod:`openbook.eval.datasets`; ``gold``
+    may be missing or None). Each retriever is called on batches of ``batch_size`` question strings with
+    ``k = max(ks)`` and must return one list of passages (``.title``, ``.text``) per question, best first.
+
+    Returns ``{"num_questions", "num_with_gold", "ks", "match", "retrievers": {name: {"answer_recall":
+    {k: fraction}, "gold_recall": {k: fraction} | None, "seconds"}}}``; gold recall is over the
+    questions that have a gold passage (None if none has), ``seconds`` is the time spent retrieving.
+    """
+    questions = _check_questions(questions)
+    ks = check_ks(ks)
+    if not retrievers:
+        raise InputError("no retrievers to evaluate")
+    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+        raise InputError(f"batch_size must be a positive integer, got {batch_size!r}")
+    matcher = _Matcher(mode)
+    depth = ks[-1]
+    texts = [record["question"].strip() for record in questions]
+    answers = [[matcher.tokens(a) for a in record["answers"]] for record in questions]
+    answers = [[a for a in tokens if a] for tokens in answers]
+    golds = [record.get("gold") for record in questions]
+    with_gold = np.array([gold is not None for gold in golds])
+
+    report: dict[str, Any] = {
+        "num_questions": len(questions),
+        "num_with_gold": int(with_gold.sum()),
+        "ks": ks,
+        "match": mode,
+        "retrievers": {},
+    }
+    for name, retriever in retrievers.items():
+        answer_hits = np.zeros((len(questions), depth), dtype=bool)
+        gold_hits = np.zeros((len(questions), depth), dtype=bool)
+        seconds = 0.0
+        for start in _progress(range(0, len(questions), batch_size), name, len(questions), batch_size, progress):
+            batch = texts[start : start + batch_size]
+            began = time.perf_counter()
+            results = list(retriever(batch, depth))
+            seconds += time.perf_counter() - began
+            if len(results) != len(batch):
+                raise InputError(f"retriever {name!r} returned {len(results)} results for {len(batch)} questions")
+            for offset, passages in enumerate(results):
+                row = start + offset
+                for rank, passage in enumerate(list(passages)[:depth]):
+                    answer_hits[row, rank] = matcher.has_answer(_field(passage, "text"), answers[row])
+                    gold_hits[row, rank] = gold_match(passage, golds[row])
+        report["retrievers"][name] = {
+            "answer_recall": recall_at_k(answer_hits, ks),
+            "gold_recall": recall_at_k(gold_hits[with_gold], ks) if with_gold.any() else None,
+            "seconds": round(seconds, 3),
+        }
+    return report
+
+
+def _progress(batches: range, name: str, total: int, batch_size: int, enabled: bool):
+    if not enabled:
+        yield from batches
+        return
+    from tqdm import tqdm
+
+    with tqdm(total=total, unit="question", desc=f"retrieving ({name})", file=sys.stderr, leave=False) as bar:
+        for start in batches:
+            yield start
+            bar.update(min(batch_size, total - start))
+
+
+# ---------------------------------------------------------------------------------------------------
+# retrievers over a knowledge base
+
+
+def dense_ranker(encoder, kb, batch_size: int = 64) -> Ranker:
+    """Top-k by d(z)^T q(x): the query encoder ``encoder`` (an openbook Encoder) and ``kb.search``."""
+
+    def rank(questions: list[str], k: int) -> tuple[np.ndarray, np.ndarray]:
+        vectors = encoder.encode_queries(list(questions), batch_size=batch_size)
+        return kb.search(vectors, min(check_k(k), len(kb)))
+
+    return rank
+
+
+def bm25_ranker(index: BM25Index, exclude=None) -> Ranker:
+    """Top-k by BM25 score from ``index`` (whose rows are the knowledge base's rows)."""
+
+    def rank(questions: list[str], k: int) -> tuple[np.ndarray, np.ndarray]:
+        return index.search(list(questions), k, exclude=exclude)
+
+    return rank
+
+
+def hybrid_ranker(
+    rankers: Sequence[Ranker], depth: int = HYBRID_DEPTH, c: float = DEFAULT_C, weights=None
+) -> Ranker:
+    """Reciprocal rank fusion of the top-``depth`` (at least k) of each ranker; scores are RRF scores."""
+
+    def rank(questions: list[str], k: int) -> tuple[np.ndarray, np.ndarray]:
+        fetch = max(check_k(k), depth)
+        lists = [ranker(questions, fetch)[1] for ranker in rankers]
+        return reciprocal_rank_fusion(lists, k, c=c, weights=weights)
+
+    return rank
+
+
+def passage_retriever(ranker: Ranker, kb) -> Retriever:
+    """Turn a ranker's row ids into passages of ``kb`` (id ``-1``, "no result", is dropped)."""
+
+    def retrieve(questions: list[str], k: int) -> list[list[Any]]:
+        _, ids = ranker(questions, k)
+        return [kb.passages(row[row >= 0]) for row in np.asarray(ids)]
+
+    return retrieve
+
+
+def passages_fingerprint(passages: Iterable[Any]) -> tuple[str, int]:
+    """``(sha256 hex, count)`` over the ids, titles and texts of ``passages`` in order."""
+    digest = hashlib.sha256()
+    count = 0
+    for passage in passages:
+        for part in (_field(passage, "id"), _field(passage, "title"), _field(passage, "text")):
+            digest.update(part.encode("utf-8"))
+            digest.update(b"\x00")
+        digest.update(b"\x01")
+        count += 1
+    return digest.hexdigest(), count
+
+
+def knowledge_base_rows(kb) -> tuple[list[Any], np.ndarray | None]:
+    """Every row's passage of ``kb`` in row order, and the rows not visible at its version (or None).
+
+    BM25 must share the dense index's row ids. Without deleted or not-yet-visible rows, ``iter(kb)``
+    yields exactly one passage per row. Otherwise (a versioned knowledge base) the rows are read with
+    ``kb.passages`` and the visible ones found with ``kb.lookup`` by passage id; the rest are excluded.
+    """
+    rows = int(np.shape(kb.embeddings)[0])
+    if len(kb) == rows:
+        passages = list(kb)
+        if len(passages) != rows:
+            raise InputError(f"knowledge base {kb.path} has {rows} rows but iterates over {len(passages)} passages")
+        return passages, None
+    passages = kb.passages(np.arange(rows, dtype=np.int64))
+    visible = np.zeros(rows, dtype=bool)
+    for passage in kb:
+        found = kb.lookup(passage.id)
+        if found is not None:
+            visible[found[0]] = True
+    return passages, np.flatnonzero(~visible)
+
+
+def knowledge_base_bm25(kb, cache: bool = True, progress: bool = False) -> tuple[BM25Index, np.ndarray | None]:
+    """A BM25 index over every row of ``kb`` (row i = passage of row i), and the rows to exclude.
+
+    The index is cached in ``<kb dir>/bm25/`` and the cache is used only if it was built from exactly
+    these rows (a sha256 over their ids, titles and texts) with the default BM25 settings; otherwise it
+    is rebuilt and the cache replaced. If the knowledge-base directory is not writable the index is kept
+    in memory (with a warning). The excluded rows (deleted, or added after the knowledge base's current
+    version; None if there are none) are to be passed as ``exclude`` to :meth:`BM25Index.search`.
+    """
+    passages, exclude = knowledge_base_rows(kb)
+    fingerprint, count = passages_fingerprint(passages)
+    source = {"kb_passages_sha256": fingerprint, "num_passages": count}
+    directory = Path(kb.path) / BM25_CACHE_DIR
+    if cache and directory.is_dir():
+        try:
+            index = BM25Index.load(directory)
+        except InputError:
+            index = None
+        if index is not None and index.source == source and _default_settings(index):
+            return index, exclude
+    if progress:
+        where = f" and caching it in {directory}" if cache else ""
+        print(f"openbook: building a BM25 index of {count} passages{where}", file=sys.stderr)
+    index = BM25Index.build(passages, source=source)
+    if cache:
+        try:
+            index.save(directory)
+        except (OSError, InputError) as exc:
+            warnings.warn(f"cannot cache the BM25 index in {directory} ({exc}); keeping it in memory", stacklevel=2)
+    return index, exclude
+
+
+def _default_settings(index: BM25Index) -> bool:
+    """Whether ``index`` was built with :meth:`BM25Index.build`'s default parameters."""
+    settings = index.settings
+    return (
+        settings.get("k1") == DEFAULT_K1 and settings.get("b") == DEFAULT_B and settings.get("method") == METHOD
+        and settings.get("stemmer") is None and settings.get("stopwords") == stopword_list("en")
+    )
+
+
+def standard_retrievers(
+    encoder, kb, names: Sequence[str] = RETRIEVER_NAMES, depth: int = HYBRID_DEPTH, progress: bool = False
+) -> dict[str, Retriever]:
+    """``{"dense", "bm25", "hybrid"}`` retrievers over ``kb`` (any subset, in the order of ``names``).
+
+    dense: ``encoder`` + ``kb.search``; bm25: :func:`knowledge_base_bm25`; hybrid: reciprocal rank
+    fusion of the dense and BM25 top-``depth``.
+    """
+    unknown = [n for n in names if n not in RETRIEVER_NAMES]
+    if unknown or not names:
+        raise InputError(f"retrievers must be among {', '.join(RETRIEVER_NAMES)}, got {', '.join(names) or 'none'}")
+    rankers: dict[str, Ranker] = {}
+    if "dense" in names or "hybrid" in names:
+        rankers["dense"] = dense_ranker(encoder, kb)
+    if "bm25" in names or "hybrid" in names:
+        rankers["bm25"] = bm25_ranker(*knowledge_base_bm25(kb, progress=progress))
+    if "hybrid" in names:
+        rankers["hybrid"] = hybrid_ranker([rankers["dense"], rankers["bm25"]], depth=depth)
+    return {name: passage_retriever(rankers[name], kb) for name in names}

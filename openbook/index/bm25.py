@@ -1,0 +1,361 @@
+"""A BM25 sparse index over passages, in the row-id space of a knowledge base (built on ``bm25s``).
+
+The paper's Table 6 ablation replaces RAG's dense retriever with "a fixed BM25 system" and uses "BM25
+retrieval scores as logits when calculating p(z|x)". :class:`BM25Index` gives those scores: row ``i`` is
+the ``i``-th passage it was built from (for a knowledge base, the ``i``-th passage of ``iter(kb)``), so
+its ids can be handed to ``kb.passages(ids)`` and fused with dense results. Turning scores into
+p(z|x) = softmax(scores / temperature) is left to the caller (this layer does not import torch).
+
+What is indexed: each passage as the string ``title + " " + text`` (just ``text`` when the title is
+empty), so the article title counts as part of the passage, as in DPR's BM25 baseline.
+
+Tokenisation (the same for passages and queries, and stored with the index): Unicode NFKD with
+combining marks removed (``"Röntgen"`` -> ``"rontgen"``), case folding, tokens = runs of Unicode word
+characters (``\\w+``: letters, digits and ``_``; single characters and numbers are kept), then
+optional stopword removal (default: the English list of ``bm25s``, which is Lucene's) and optional
+Snowball stemming (``stemmer="english"``, needs the ``PyStemmer`` package).
+
+Scoring is ``bm25s``' "lucene" variant of BM25, as in Lucene 8+ (and so Pyserini): a passage d scores
+``sum over query terms t of idf(t) * tf / (tf + k1 * (1 - b + b * |d| / avgdl))`` with
+``idf(t) = log(1 + (N - df + 0.5) / (df + 0.5))`` (always positive), ``tf`` the count of t in d and
+``|d|`` its length in terms; a term repeated in the query counts once per repetition. A passage that shares no term with the query scores
+0 and can still fill the top ``k``. Ties are broken by row id (smaller first), so results are
+deterministic.
+
+On disk an index is a directory: the ``bm25s`` files (sparse score matrix as ``.npy``, vocabulary,
+parameters) plus ``openbook-bm25.json`` with the tokeniser settings. :meth:`BM25Index.save` writes it
+into a temporary sibling directory and renames it into place; :meth:`BM25Index.load` memory-maps the
+score matrix.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import unicodedata
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from openbook.errors import InputError
+from openbook.index.atomic import fsync_path, make_temp_dir_next_to, replace_dir
+from openbook.index.dense import check_exclude, check_k
+
+FORMAT_VERSION = 1
+META_FILE = "openbook-bm25.json"
+METHOD = "lucene"
+DEFAULT_K1 = 1.5
+DEFAULT_B = 0.75
+# Score of a missing result (id -1) when exclusions leave fewer than k passages, as for the dense indexes.
+PAD_SCORE = float("-inf")
+_WORD = re.compile(r"\w+")
+
+
+def _english_stopwords() -> list[str]:
+    from bm25s.stopwords import STOPWORDS_EN
+
+    return list(STOPWORDS_EN)
+
+
+def stopword_list(stopwords: str | Sequence[str] | None = "en") -> list[str]:
+    """The sorted, case-folded stopwords an index built with ``stopwords`` uses (as in its settings)."""
+    if stopwords == "en":
+        words = _english_stopwords()
+    elif stopwords is None:
+        words = []
+    elif isinstance(stopwords, str):
+        raise InputError(f"stopwords must be 'en', a list of words or None, got {stopwords!r}")
+    else:
+        words = [str(w) for w in stopwords]
+    return sorted({_fold(w) for w in words})
+
+
+def passage_string(passage: Any) -> str:
+    """The string indexed for a passage: ``title + " " + text``, or just ``text`` without a title."""
+    title = str(getattr(passage, "title", "") or "").strip()
+    text = str(getattr(passage, "text", "") or "")
+    return f"{title} {text}" if title else text
+
+
+def _fold(text: str) -> str:
+    """NFKD, drop combining marks, case-fold."""
+    decomposed = unicodedata.normalize("NFKD", text)
+    return "".join(ch for ch in decomposed if not unicodedata.combining(ch)).casefold()
+
+
+class _Tokenizer:
+    """Folding + ``\\w+`` words, minus stopwords, optionally stemmed (see the module docstring)."""
+
+    def __init__(self, stopwords: Sequence[str], stemmer: str | None):
+        self.stopwords = sorted({_fold(w) for w in stopwords})
+        self._stop = frozenset(self.stopwords)
+        self.stemmer = stemmer
+        self._stem = _load_stemmer(stemmer) if stemmer else None
+
+    def __call__(self, text: str) -> list[str]:
+        words = [w for w in _WORD.findall(_fold(text)) if w not in self._stop]
+        if self._stem is not None and words:
+            words = self._stem(words)
+        return words
+
+
+def _load_stemmer(language: str):
+    if not isinstance(language, str) or not language:
+        raise InputError(f"stemmer must be a Snowball language name such as 'english', got {language!r}")
+    try:
+        import Stemmer  # PyStemmer
+    except ImportError:
+        raise InputError(
+            f"stemmer {language!r} needs the PyStemmer package (pip install PyStemmer), or build without a stemmer"
+        ) from None
+    try:
+        stemmer = Stemmer.Stemmer(language)
+    except KeyError:
+        raise InputError(f"unknown Snowball stemmer language {language!r}") from None
+    return stemmer.stemWords
+
+
+def _check_param(name: str, value, low: float, high: float | None = None) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float, np.floating, np.integer)):
+        raise InputError(f"BM25 {name} must be a number, got {value!r}")
+    value = float(value)
+    if not np.isfinite(value) or value < low or (high is not None and value > high):
+        bounds = f"between {low} and {high}" if high is not None else f"at least {low}"
+        raise InputError(f"BM25 {name} must be {bounds}, got {value}")
+    return value
+
+
+def _exclusion_mask(exclude, n: int) -> np.ndarray | None:
+    """Boolean mask of the row ids in ``exclude`` (None if nothing is excluded)."""
+    ids = check_exclude(exclude)
+    if ids is None:
+        return None
+    bad = ids[(ids < 0) | (ids >= n)]
+    if bad.size:
+        raise InputError(f"excluded row id {int(bad[0])} is out of range for a BM25 index of {n} passages")
+    mask = np.zeros(n, dtype=bool)
+    mask[ids] = True
+    return mask
+
+
+def top_k(scores: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """The ``k`` best of a 1-D score vector, best first, ties broken by smaller index.
+
+    Entries equal to ``-inf`` are never returned; missing places get id ``-1`` and score ``-inf``. Returns ``(scores float32 (k,), ids int64 (k,))``.
+    """
+    valid = np.flatnonzero(scores > -np.inf) if np.isneginf(scores).any() else None
+    pool = scores if valid is None else scores[valid]
+    take = min(k, pool.shape[0])
+    out_ids = np.full(k, -1, dtype=np.int64)
+    out_scores = np.full(k, PAD_SCORE, dtype=np.float32)
+    if take == 0:
+        return out_scores, out_ids
+    if take < pool.shape[0]:
+        kth = np.partition(pool, pool.shape[0] - take)[pool.shape[0] - take]  # take-th largest value
+        above = np.flatnonzero(pool > kth)
+        tied = np.flatnonzero(pool == kth)[: take - above.shape[0]]
+        chosen = np.concatenate([above, tied])
+    else:
+        chosen = np.arange(pool.shape[0])
+    order = np.lexsort((chosen, -pool[chosen]))  # by score descending, then index ascending
+    chosen = chosen[order]
+    out_ids[:take] = chosen if valid is None else valid[chosen]
+    out_scores[:take] = pool[chosen]
+    return out_scores, out_ids
+
+
+class BM25Index:
+    """BM25 over passages with row ids ``0 .. n-1`` in the order they were given (see module docs)."""
+
+    def __init__(self, retriever, meta: dict[str, Any]):
+        """Wrap a fitted ``bm25s.BM25``; use :meth:`build` or :meth:`load` instead."""
+        self._bm25 = retriever
+        self._meta = meta
+        self._tokenize = _Tokenizer(meta["stopwords"], meta["stemmer"])
+
+    # -- construction -------------------------------------------------------------------------------
+
+    @classmethod
+    def build(
+        cls,
+        passages: Iterable[Any],
+        k1: float = DEFAULT_K1,
+        b: float = DEFAULT_B,
+        stemmer: str | None = None,
+        stopwords: str | Sequence[str] | None = "en",
+        source: dict[str, Any] | None = None,
+    ) -> "BM25Index":
+        """Index ``passages`` (objects with ``.title`` and ``.text``; row i = i-th passage).
+
+        ``stemmer``: a Snowball language (``"english"``; needs PyStemmer) or None. ``stopwords``: ``"en"``
+        (bm25s' English list), an explicit list of words, or None. ``source`` is any JSON-serialisable dict
+        kept with the index (for example what it was built from), returned by :attr:`source`.
+        """
+        import bm25s
+
+        k1 = _check_param("k1", k1, 0.0)
+        b = _check_param("b", b, 0.0, 1.0)
+        words = stopword_list(stopwords)
+        if source is not None:
+            try:
+                json.dumps(source)
+            except (TypeError, ValueError) as exc:
+                raise InputError(f"BM25 index source must be JSON-serialisable: {exc}") from None
+        tokenizer = _Tokenizer(words, stemmer)
+        corpus_tokens = []
+        for position, passage in enumerate(passages):
+            if not hasattr(passage, "text"):
+                raise InputError(f"item {position} to index is a {type(passage).__name__}, not a passage")
+            corpus_tokens.append(tokenizer(passage_string(passage)))
+        if not corpus_tokens:
+            raise InputError("no passages to index: the passage input is empty")
+        retriever = bm25s.BM25(k1=k1, b=b, method=METHOD)
+        retriever.index(corpus_tokens, show_progress=False)
+        meta = {
+            "format_version": FORMAT_VERSION,
+            "k1": k1,
+            "b": b,
+            "method": METHOD,
+            "stopwords": tokenizer.stopwords,
+            "stemmer": stemmer,
+            "num_passages": len(corpus_tokens),
+            "indexed_text": "title + ' ' + text",
+            "source": source,
+        }
+        return cls(retriever, meta)
+
+    def save(self, directory: str | os.PathLike) -> None:
+        """Write the index to ``directory`` atomically (a temporary sibling directory, then a rename).
+
+        An existing directory is replaced only if it is empty or holds a BM25 index.
+        """
+        directory = Path(directory)
+        if directory.exists():
+            if not directory.is_dir():
+                raise InputError(f"cannot save a BM25 index to {directory}: it exists and is not a directory")
+            if any(directory.iterdir()) and not (directory / META_FILE).is_file():
+                raise InputError(
+                    f"refusing to replace {directory}: it exists and is not a BM25 index (no {META_FILE})"
+                )
+        tmp = make_temp_dir_next_to(directory)
+        try:
+            self._bm25.save(tmp, show_progress=False)
+            meta_path = tmp / META_FILE
+            meta_path.write_text(json.dumps(self._meta, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+            for path in tmp.iterdir():
+                fsync_path(path)
+            replace_dir(tmp, directory)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+
+    @classmethod
+    def load(cls, directory: str | os.PathLike, mmap: bool = True) -> "BM25Index":
+        """Open an index written by :meth:`save`; the score matrix is memory-mapped unless ``mmap=False``."""
+        import bm25s
+
+        directory = Path(directory)
+        meta_path = directory / META_FILE
+        if not meta_path.is_file():
+            raise InputError(f"{directory} is not a BM25 index ({META_FILE} is missing)")
+        try:
+            meta = json.loads(meta_path.read_text(encoding="utf-8"))
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            raise InputError(f"{meta_path} is corrupt ({exc}); rebuild the BM25 index") from None
+        _check_meta(meta_path, meta)
+        try:
+            retriever = bm25s.BM25.load(directory, mmap=mmap, load_corpus=False, show_progress=False)
+        except (OSError, ValueError, KeyError, json.JSONDecodeError) as exc:
+            raise InputError(f"{directory}: cannot read the BM25 index ({exc}); rebuild it") from None
+        if retriever.scores.get("num_docs") != meta["num_passages"]:
+            raise InputError(
+                f"{directory}: the BM25 matrix holds {retriever.scores.get('num_docs')} passages but "
+                f"{META_FILE} records {meta['num_passages']}; rebuild the BM25 index"
+            )
+        return cls(retriever, meta)
+
+    # -- properties ---------------------------------------------------------------------------------
+
+    def __len__(self) -> int:
+        return int(self._meta["num_passages"])
+
+    def __repr__(self) -> str:
+        return f"BM25Index(passages={len(self)}, k1={self.k1}, b={self.b}, stemmer={self._meta['stemmer']!r})"
+
+    @property
+    def k1(self) -> float:
+        return float(self._meta["k1"])
+
+    @property
+    def b(self) -> float:
+        return float(self._meta["b"])
+
+    @property
+    def source(self) -> dict[str, Any] | None:
+        """The ``source`` dict given to :meth:`build` (a copy), or None."""
+        source = self._meta.get("source")
+        return json.loads(json.dumps(source)) if source is not None else None
+
+    @property
+    def settings(self) -> dict[str, Any]:
+        """k1, b, method, stopwords, stemmer and number of passages (a copy)."""
+        return {key: value for key, value in json.loads(json.dumps(self._meta)).items() if key != "source"}
+
+    def tokenize(self, text: str) -> list[str]:
+        """The terms this index makes of ``text`` (as used for passages and queries)."""
+        return self._tokenize(text)
+
+    # -- search -------------------------------------------------------------------------------------
+
+    def scores(self, query: str) -> np.ndarray:
+        """BM25 score of every passage for one query: float32 ``(n,)``."""
+        terms = self._tokenize(query)
+        if not terms:
+            return np.zeros(len(self), dtype=np.float32)
+        return np.asarray(self._bm25.get_scores(terms), dtype=np.float32)
+
+    def search(self, queries: Sequence[str], k: int, exclude=None) -> tuple[np.ndarray, np.ndarray]:
+        """Top-``k`` passages per query: ``(scores float32 (m, k), ids int64 (m, k))``, best first.
+
+        ``k`` larger than the index is reduced to its size (as for the dense indexes). ``exclude``: row
+        ids never to return (e.g. deleted passages); if fewer than ``k`` passages remain, the missing
+        entries have id ``-1`` and score ``-inf``, as for the dense indexes. The scores are raw BM25 scores, usable as retrieval
+        logits (p(z|x) = softmax over the k scores, the paper's BM25 ablation).
+        """
+        if isinstance(queries, str):
+            raise InputError("queries must be a list of strings, not a single string")
+        queries = list(queries)
+        for i, query in enumerate(queries, 1):
+            if not isinstance(query, str):
+                raise InputError(f"query {i} is not text but {type(query).__name__}")
+        k = min(check_k(k), len(self))
+        mask = _exclusion_mask(exclude, len(self))
+        out_scores = np.empty((len(queries), k), dtype=np.float32)
+        out_ids = np.empty((len(queries), k), dtype=np.int64)
+        for row, query in enumerate(queries):
+            scores = self.scores(query)
+            if mask is not None:
+                scores = scores.copy()
+                scores[mask] = -np.inf
+            out_scores[row], out_ids[row] = top_k(scores, k)
+        return out_scores, out_ids
+
+
+def _check_meta(meta_path: Path, meta: Any) -> None:
+    if not isinstance(meta, dict):
+        raise InputError(f"{meta_path} is corrupt (not a JSON object); rebuild the BM25 index")
+    version = meta.get("format_version")
+    if not isinstance(version, int) or version > FORMAT_VERSION:
+        raise InputError(
+            f"{meta_path} has format_version {version!r}; this openbook reads version {FORMAT_VERSION} or "
+            f"older: upgrade openbook or rebuild the BM25 index"
+        )
+    expected = {"k1": (int, float), "b": (int, float), "stopwords": list, "num_passages": int}
+    for key, kind in expected.items():
+        if not isinstance(meta.get(key), kind):
+            raise InputError(f"{meta_path} is corrupt: field {key!r} is missing or mistyped; rebuild the BM25 index")
+    if meta.get("stemmer") is not None and not isinstance(meta["stemmer"], str):
+        raise InputError(f"{meta_path} is corrupt: field 'stemmer' is mistyped; rebuild the BM25 index")
