@@ -186,3 +186,14 @@ def test_n_best_returns_distinct_alternatives(parts, model):
     assert len(answer.alternatives) == 2
     with pytest.raises(InputError, match="n_best"):
         rag.ask(["who wrote the sun rises"], num_beams=2, n_best=3)
+
+
+def test_bm25_retriever_uses_bm25_scores_as_logits(parts):
+    encoder, kb, generator = parts
+    rag = RAG(encoder, generator, kb, k=2, retriever="bm25")
+    r = rag.retrieve(["ernest hemingway wrote"])
+    assert r.passages[0][0].id == "p1" and not r.scores.requires_grad
+    torch.testing.assert_close(r.doc_logprobs, torch.log_softmax(r.scores, -1))
+    assert len(rag.ask(["ernest hemingway wrote"], max_new_tokens=2)[0].passages) == 2
+    with pytest.raises(InputError, match="retriever"):
+        RAG(encoder, generator, kb, retriever="tfidf")

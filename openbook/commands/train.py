@@ -36,6 +36,8 @@ def register(commands) -> None:
     p.add_argument("--label-smoothing", type=float, default=0.0)
     p.add_argument("--max-target-length", type=int, default=32)
     p.add_argument("--freeze-retriever", action="store_true", help="the 'Frozen' ablation: q(x) is not updated")
+    p.add_argument("--retriever", choices=("dense", "bm25"), default="dense",
+                   help="bm25: the paper's ablation, BM25 scores as the logits of p(z|x)")
     p.add_argument("--mixed-precision", action="store_true", help="bfloat16 autocast (CPU)")
     p.add_argument("--checkpoint-every", type=int, default=50)
     p.add_argument("--eval-every", type=int, default=0)
@@ -90,12 +92,12 @@ def run(args: argparse.Namespace) -> int:
     examples = read_pairs(args.train)
     dev = read_pairs(args.dev, limit=args.dev_limit) if args.dev else None
     rag = load_rag(model=args.model, kb=args.kb, generator=args.generator, encoder=args.encoder,
-                   learn_scale=args.learn_scale)
+                   learn_scale=args.learn_scale, retriever=args.retriever)
     cfg = TrainConfig(
         k=args.k, epochs=args.epochs, max_steps=args.max_steps, batch_size=args.batch_size,
         grad_accumulation=args.grad_accumulation, lr_generator=args.lr_generator,
         lr_query_encoder=args.lr_query_encoder, label_smoothing=args.label_smoothing,
-        max_target_length=args.max_target_length, freeze_retriever=args.freeze_retriever, seed=args.seed,
+        max_target_length=args.max_target_length, freeze_retriever=args.freeze_retriever or args.retriever == "bm25", seed=args.seed,
         checkpoint_every=args.checkpoint_every, eval_every=args.eval_every, mixed_precision=args.mixed_precision,
     )
     evaluate = exact_match_eval(dev, args.k) if dev else None

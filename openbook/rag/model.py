@@ -31,6 +31,7 @@ from openbook.rag.marginal import (
 )
 
 MODELS = ("rag-sequence", "rag-token")
+RETRIEVERS = ("dense", "bm25")
 DECODINGS = ("thorough", "fast")
 
 
@@ -114,6 +115,7 @@ class RAG(nn.Module):
         k: int = 5,
         score_scale: float | None = None,
         learn_scale: bool = False,
+        retriever: str = "dense",
     ):
         super().__init__()
         if model not in MODELS:
@@ -125,6 +127,10 @@ class RAG(nn.Module):
         if score_scale is None:
             score_scale = default_score_scale(query_encoder)
         self.log_scale = nn.Parameter(torch.tensor(math.log(score_scale)), requires_grad=learn_scale)
+        if retriever not in RETRIEVERS:
+            raise InputError(f"retriever must be one of {', '.join(RETRIEVERS)}, not {retriever!r}")
+        self.retriever = retriever
+        self._bm25 = None  # (BM25Index, excluded rows), built on first use for the current knowledge base
         self.kb = kb
         self._check_kb(kb)
 
@@ -141,7 +147,7 @@ class RAG(nn.Module):
     def use_knowledge_base(self, kb: KnowledgeBase) -> KnowledgeBase:
         """Hot-swap the non-parametric memory (no model reload); returns the previous one."""
         self._check_kb(kb)
-        previous, self.kb = self.kb, kb
+        previous, self.kb, self._bm25 = self.kb, kb, None
         return previous
 
     @property
@@ -154,6 +160,8 @@ class RAG(nn.Module):
         """Top-k passages by MIPS, with scores and p(z|x) differentiable w.r.t. the query encoder."""
         questions = check_questions(questions)
         k = self._check_k(k)
+        if self.retriever == "bm25":
+            return self._retrieve_bm25(questions, k)
         q = self.query_encoder(questions)  # (B, d)
         _, ids = self.kb.search(q.detach().float().cpu().numpy(), k)
         if (ids < 0).any():  # fewer live passages than k (e.g. after deletions)
@@ -162,6 +170,19 @@ class RAG(nn.Module):
         scores = torch.einsum("bkd,bd->bk", doc_vectors, q)
         doc_logprobs = torch.log_softmax(scores.float() * self.score_scale, dim=-1)
         return Retrieval(self.kb.passages(ids), ids, scores, doc_logprobs)
+
+    def _retrieve_bm25(self, questions: list[str], k: int) -> Retrieval:
+        """The paper's BM25 ablation: a fixed BM25 retriever whose scores are the logits of p(z|x)."""
+        if self._bm25 is None:
+            from openbook.index.bm25 import knowledge_base_bm25
+
+            self._bm25 = knowledge_base_bm25(self.kb, progress=True)
+        index, exclude = self._bm25
+        scores_np, ids = index.search(questions, k, exclude=exclude)
+        if (ids < 0).any():
+            raise InputError(f"BM25 found fewer than k={k} passages in {self.kb.path}; lower k")
+        scores = torch.from_numpy(np.ascontiguousarray(scores_np)).float()
+        return Retrieval(self.kb.passages(ids), ids, scores, torch.log_softmax(scores, dim=-1))
 
     def _check_k(self, k: int | None) -> int:
         k = self.k if k is None else k
