@@ -3,7 +3,6 @@ the documents never change, and an interrupted run resumes to the same weights."
 
 from __future__ import annotations
 
-import copy
 
 import pytest
 import torch
