@@ -21,6 +21,7 @@ from typing import Any, Iterator, Sequence, TextIO
 
 from openbook import __version__
 from openbook.errors import InputError, OpenbookError
+from openbook.commands import positive_int
 
 PROG = "openbook"
 SNIPPET_CHARS = 160
@@ -56,14 +57,6 @@ def quiet_libraries() -> None:
 # Parsing
 
 
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
-    return value
 
 
 # Command groups beyond `ask`: each module has `register(subparsers)` and sets `handler` on its parsers.
@@ -117,10 +110,10 @@ def build_parser() -> argparse.ArgumentParser:
         "token (rag-token, eq. 2) (default: %(default)s)",
     )
     ask.add_argument(
-        "--k", type=_positive_int, default=DEFAULT_K, help="passages retrieved per question (default: %(default)s)"
+        "--k", type=positive_int, default=DEFAULT_K, help="passages retrieved per question (default: %(default)s)"
     )
     ask.add_argument(
-        "--beams", type=_positive_int, default=DEFAULT_BEAMS, help="beam size (default: %(default)s)"
+        "--beams", type=positive_int, default=DEFAULT_BEAMS, help="beam size (default: %(default)s)"
     )
     ask.add_argument(
         "--decoding",
@@ -147,7 +140,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     ask.add_argument(
         "--max-new-tokens",
-        type=_positive_int,
+        type=positive_int,
         metavar="N",
         default=DEFAULT_MAX_NEW_TOKENS,
         help="longest answer, in generator tokens (default: %(default)s)",
@@ -158,7 +151,7 @@ def build_parser() -> argparse.ArgumentParser:
                      help="beam score = log p / length**X, as in transformers (default: %(default)s)")
     ask.add_argument(
         "--batch-size",
-        type=_positive_int,
+        type=positive_int,
         metavar="N",
         default=DEFAULT_BATCH_SIZE,
         help="questions answered together with --file (default: %(default)s)",

@@ -1,1 +1,14 @@
 """Command groups of the `openbook` command line (one module per group, registered in openbook/cli.py)."""
+
+import argparse
+
+
+def positive_int(text: str) -> int:
+    """argparse type: a whole number of at least 1, with a message that names what was given."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value

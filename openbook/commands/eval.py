@@ -10,6 +10,7 @@ import argparse
 import json
 import sys
 from typing import Any, TextIO
+from openbook.commands import positive_int
 
 DEFAULT_K_TEXT = "1,5,20,100"
 RETRIEVERS = ("dense", "bm25", "hybrid")
@@ -40,14 +41,6 @@ def _name_list(text: str) -> list[str]:
     return list(dict.fromkeys(names))
 
 
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
-    return value
 
 
 def register(subparsers) -> None:
@@ -91,7 +84,7 @@ def register(subparsers) -> None:
         "--k", type=_k_list, default=_k_list(DEFAULT_K_TEXT), metavar="K,K,...",
         help=f"cut-offs for recall@k (default: {DEFAULT_K_TEXT})",
     )
-    retrieval.add_argument("--limit", type=_positive_int, metavar="N", default=None, help="evaluate the first N questions")
+    retrieval.add_argument("--limit", type=positive_int, metavar="N", default=None, help="evaluate the first N questions")
     retrieval.add_argument(
         "--retrievers", type=_name_list, default=list(RETRIEVERS), metavar="NAMES",
         help=f"comma-separated retrievers to evaluate (default: {','.join(RETRIEVERS)})",
@@ -102,7 +95,7 @@ def register(subparsers) -> None:
         "(default: %(default)s)",
     )
     retrieval.add_argument(
-        "--batch-size", type=_positive_int, metavar="N", default=64, help="questions per batch (default: %(default)s)"
+        "--batch-size", type=positive_int, metavar="N", default=64, help="questions per batch (default: %(default)s)"
     )
     retrieval.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
     retrieval.set_defaults(handler=_cmd_retrieval, subparser=retrieval)

@@ -18,6 +18,7 @@ import sys
 import warnings
 from pathlib import Path
 from typing import Any
+from openbook.commands import positive_int
 
 ENCODE_BATCH = 64  # texts per forward pass of the encoder (within one --batch-size batch)
 
@@ -29,14 +30,6 @@ def load_encoder(name: str):
     return load(name)
 
 
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
-    return value
 
 
 # --------------------------------------------------------------------------------------------------
@@ -91,13 +84,13 @@ def _register_build(actions) -> None:
                        help="index type: flat (exact), hnsw, ivfpq or hnsw_sq8 (default: %(default)s)")
     build.add_argument("--index-param", action="append", default=[], metavar="KEY=VALUE",
                        help="an index parameter, e.g. M=32 or nlist=4096 (repeatable)")
-    build.add_argument("--max-words", type=_positive_int, default=100, metavar="N",
+    build.add_argument("--max-words", type=positive_int, default=100, metavar="N",
                        help="words per passage (default: %(default)s, as in the RAG paper)")
     build.add_argument("--on-error", choices=("stop", "skip"), default="stop",
                        help="a malformed record stops the build (default) or is skipped and counted")
     build.add_argument("--dtype", choices=("float32", "float16"), default="float32",
                        help="how the document vectors are stored (default: %(default)s; float16 halves the size)")
-    build.add_argument("--batch-size", type=_positive_int, default=256, metavar="N",
+    build.add_argument("--batch-size", type=positive_int, default=256, metavar="N",
                        help="passages encoded and saved per batch, the unit of resuming (default: %(default)s)")
     build.add_argument("--restart", action="store_true",
                        help="discard the state of an interrupted build of DIR instead of continuing it")
@@ -118,11 +111,11 @@ def _register_add(actions) -> None:
     add.add_argument("sources", nargs="+", metavar="SOURCE", help="corpus files or folders (as for kb build)")
     add.add_argument("--encoder", metavar="NAME_OR_PATH", default=None,
                      help="document encoder (default: the one the knowledge base was built with)")
-    add.add_argument("--max-words", type=_positive_int, default=None, metavar="N",
+    add.add_argument("--max-words", type=positive_int, default=None, metavar="N",
                      help="words per passage (default: as the knowledge base was built)")
     add.add_argument("--on-error", choices=("stop", "skip"), default="stop",
                      help="a malformed record (or an id already present) stops the edit (default) or is skipped")
-    add.add_argument("--batch-size", type=_positive_int, default=256, metavar="N")
+    add.add_argument("--batch-size", type=positive_int, default=256, metavar="N")
     add.add_argument("--description", default=None, help="describe this version (default: what changed)")
     add.add_argument("--quiet", action="store_true", help="no progress bars")
     add.set_defaults(handler=_cmd_add)
@@ -164,7 +157,7 @@ def _register_versions(actions) -> None:
 def _register_use(actions) -> None:
     use = actions.add_parser("use", help="make VERSION the current version (e.g. to restore old knowledge)")
     use.add_argument("dir", metavar="DIR")
-    use.add_argument("version", type=_positive_int, metavar="VERSION")
+    use.add_argument("version", type=positive_int, metavar="VERSION")
     use.set_defaults(handler=_cmd_use)
 
 

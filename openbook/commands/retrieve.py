@@ -11,7 +11,7 @@ import argparse
 import json
 import sys
 
-from openbook.commands.kb import _positive_int
+from openbook.commands import positive_int
 
 
 def _demo_knowledge_base(encoder):
@@ -40,11 +40,11 @@ def register(subparsers) -> None:
     retrieve.add_argument("question", metavar="QUESTION")
     retrieve.add_argument("--kb", metavar="DIR", default=None,
                           help="knowledge-base directory (default: the shipped demo knowledge base)")
-    retrieve.add_argument("--k", type=_positive_int, default=5, help="passages to show (default: %(default)s)")
+    retrieve.add_argument("--k", type=positive_int, default=5, help="passages to show (default: %(default)s)")
     retrieve.add_argument("--encoder", metavar="NAME_OR_PATH", default=None,
                           help="query encoder (default: the one the knowledge base was built with; for the "
                                "demo knowledge base the offline all-MiniLM-L6-v2)")
-    retrieve.add_argument("--version", type=_positive_int, default=None, metavar="N",
+    retrieve.add_argument("--version", type=positive_int, default=None, metavar="N",
                           help="search this version of the knowledge base (default: its current version)")
     retrieve.add_argument("--json", action="store_true", help="print one JSON object")
     retrieve.set_defaults(handler=_cmd_retrieve)
