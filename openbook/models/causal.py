@@ -275,22 +275,6 @@ class CausalLMGenerator(Generator):
                 return list(full[len(anchor) :])
         return list(tok(text, add_special_tokens=False)["input_ids"])
 
-    def encode_targets(self, answers: Sequence[str], max_length: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-        """``(targets, mask)``: answer tokens (tokenised as a continuation of the prompt) then EOS, right-padded."""
-        rows = []
-        for answer in answers:
-            ids = self._answer_ids(answer)
-            if max_length is not None:
-                ids = ids[: max_length - 1]
-            rows.append(ids + [self.eos_token_id])
-        width = max(len(r) for r in rows)
-        targets = torch.full((len(rows), width), self.pad_token_id, dtype=torch.long)
-        mask = torch.zeros((len(rows), width), dtype=torch.bool)
-        for i, r in enumerate(rows):
-            targets[i, : len(r)] = torch.tensor(r, dtype=torch.long)
-            mask[i, : len(r)] = True
-        return targets, mask
-
     # ------------------------------------------------------------------ model passes
 
     def _forward(self, input_ids, attention_mask, position_ids, cache: Cache | None, last_only: bool = False):

@@ -75,11 +75,15 @@ class Generator(nn.Module):
     # subclasses implement: contexts, encode, target_logprobs, begin, start_token_id,
     # eos_token_id, pad_token_id, decode_tokens, encode_targets
 
+    def _answer_ids(self, answer: str) -> list[int]:
+        """The answer's token ids (no special tokens); causal LMs tokenise it as a prompt continuation."""
+        return self.tokenizer(answer, add_special_tokens=False)["input_ids"]
+
     def encode_targets(self, answers: Sequence[str], max_length: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         """Tokenise answers into ``(targets, mask)``: answer tokens followed by EOS, right-padded."""
         rows = []
         for answer in answers:
-            ids = self.tokenizer(answer, add_special_tokens=False)["input_ids"]
+            ids = self._answer_ids(answer)
             if max_length is not None:
                 ids = ids[: max_length - 1]
             rows.append(ids + [self.eos_token_id])
@@ -87,7 +91,7 @@ class Generator(nn.Module):
         targets = torch.full((len(rows), width), self.pad_token_id, dtype=torch.long)
         mask = torch.zeros((len(rows), width), dtype=torch.bool)
         for i, r in enumerate(rows):
-            targets[i, : len(r)] = torch.tensor(r)
+            targets[i, : len(r)] = torch.tensor(r, dtype=torch.long)
             mask[i, : len(r)] = True
         return targets, mask
 
