@@ -253,22 +253,30 @@ class RAG(nn.Module):
             decoded = rag_token_decode(self.generator, memory, prior, cfg)
         else:
             decoded = rag_sequence_decode(self.generator, memory, prior, cfg, decoding)
-        answers = self._answers(questions, retrieval, memory, decoded.tokens[:, 0])
+        answers = self._answers(questions, retrieval, memory, decoded.tokens[:, 0],
+                                None if decoded.doc_seq_logprobs is None else decoded.doc_seq_logprobs[:, 0])
         for b, answer in enumerate(answers):
             answer.alternatives = self.generator.decode_tokens(decoded.tokens[b, 1:])
         return answers
 
-    def _answers(self, questions, retrieval: Retrieval, memory, tokens: torch.Tensor) -> list[Answer]:
-        """Provenance for the chosen answers: p(z|x,y) and, for RAG-Token, the Figure-2 posteriors."""
+    def _answers(self, questions, retrieval: Retrieval, memory, tokens: torch.Tensor,
+                 doc_seq_logprobs: torch.Tensor | None = None) -> list[Answer]:
+        """Provenance for the chosen answers: p(z|x,y) and, for RAG-Token, the Figure-2 posteriors.
+
+        RAG-Sequence decoding already scored the answer under every document (``doc_seq_logprobs``,
+        log p(y|x,z), -inf where Fast decoding assumed zero), so no extra pass is needed for it."""
         B, K = retrieval.doc_logprobs.shape
         pad = self.generator.pad_token_id
         mask = tokens.ne(pad)
         if not bool(mask.any()):
             tokens, mask = tokens[:, :1], torch.ones_like(tokens[:, :1], dtype=torch.bool)
-        rows = torch.arange(B * K)
-        lp = self.generator.target_token_logprobs(memory, rows, tokens.repeat_interleave(K, 0)).view(B, K, -1)
-        seq_post = sequence_doc_posterior((lp * mask[:, None, :]).sum(-1), retrieval.doc_logprobs)
-        tok_post = token_doc_posterior(lp[..., None], retrieval.doc_logprobs, torch.zeros_like(tokens))
+        tok_post = None
+        if doc_seq_logprobs is None:
+            rows = torch.arange(B * K)
+            lp = self.generator.target_token_logprobs(memory, rows, tokens.repeat_interleave(K, 0)).view(B, K, -1)
+            doc_seq_logprobs = (lp * mask[:, None, :]).sum(-1)
+            tok_post = token_doc_posterior(lp[..., None], retrieval.doc_logprobs, torch.zeros_like(tokens))
+        seq_post = sequence_doc_posterior(doc_seq_logprobs, retrieval.doc_logprobs)
         texts = self.generator.decode_tokens(tokens)
         answers = []
         for b, question in enumerate(questions):
@@ -282,7 +290,7 @@ class RAG(nn.Module):
             answers.append(Answer(
                 question, texts[b], self.model_type, passages,
                 tokens=self.generator.tokenizer.convert_ids_to_tokens(row) if self.generator.tokenizer else [],
-                token_posteriors=tok_post[b, :n].tolist() if self.model_type == "rag-token" else None,
+                token_posteriors=tok_post[b, :n].tolist() if tok_post is not None else None,
             ))
         return answers
 
