@@ -197,3 +197,49 @@ def test_bm25_retriever_uses_bm25_scores_as_logits(parts):
     assert len(rag.ask(["ernest hemingway wrote"], max_new_tokens=2)[0].passages) == 2
     with pytest.raises(InputError, match="retriever"):
         RAG(encoder, generator, kb, retriever="tfidf")
+
+
+def test_target_token_logprobs_with_lengths_equals_full_pass_in_small_chunks():
+    """Length-sorted chunks cut to their longest row give the full pass's values on every needed position."""
+    from openbook.models.generators import Contexts
+
+    gen = Seq2SeqGenerator(tiny_bart(), bart_tokenizer())
+    torch.manual_seed(0)
+    ids = torch.randint(4, 100, (3, 7))
+    memory = gen.encode(Contexts(ids, torch.ones_like(ids), 1))
+    rows = torch.tensor([0, 1, 2, 0, 1, 2, 0])
+    targets = torch.randint(4, 100, (7, 6))
+    lengths = torch.tensor([6, 1, 3, 0, 2, 6, 4])
+    full = gen.target_token_logprobs(memory, rows, targets)
+    # max_elements of two rows of six positions forces several chunks of different widths
+    cut = gen.target_token_logprobs(memory, rows, targets, lengths, max_elements=2 * 6 * gen.vocab_size)
+    needed = torch.arange(6)[None, :] < lengths[:, None]
+    assert torch.allclose(cut[needed], full[needed], atol=1e-6)
+    assert (cut[~needed] == 0).all()
+
+
+@pytest.mark.parametrize("family", ["bart", "t5"])
+def test_rescoring_reuses_the_start_step_and_cross_attention_exactly(family):
+    """Thorough decoding's rescoring path (first step and cross-attention keys/values computed once per
+    memory row) gives the same log-probabilities as independent teacher-forced passes."""
+    from openbook.models.generators import Contexts
+    from tiny import t5_tokenizer, tiny_t5
+
+    gen = (Seq2SeqGenerator(tiny_bart(), bart_tokenizer()) if family == "bart"
+           else Seq2SeqGenerator(tiny_t5(), t5_tokenizer()))
+    torch.manual_seed(1)
+    ids = torch.randint(4, 100, (3, 9))
+    mask = torch.ones_like(ids)
+    mask[1, 6:] = 0
+    memory = gen.encode(Contexts(ids, mask, 1))
+    rows = torch.tensor([2, 0, 1, 1, 0])
+    for width in (1, 5):
+        targets = torch.randint(4, 100, (5, width))
+        with torch.no_grad():
+            full = gen.target_token_logprobs(memory, rows, targets)
+            gen.prepare_rescoring(memory)
+            assert "rescoring" in memory.extra
+            reused = gen.target_token_logprobs(memory, rows, targets)
+            gen.end_rescoring(memory)
+        assert "rescoring" not in memory.extra
+        assert torch.allclose(reused, full, atol=1e-5), (reused - full).abs().max()

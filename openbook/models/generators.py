@@ -96,21 +96,48 @@ class Generator(nn.Module):
         return targets, mask
 
     def target_token_logprobs(
-        self, memory: Memory, rows: torch.Tensor, targets: torch.Tensor, max_elements: int = 1 << 26
+        self, memory: Memory, rows: torch.Tensor, targets: torch.Tensor, lengths: torch.Tensor | None = None,
+        max_elements: int = 1 << 26,
     ) -> torch.Tensor:
         """log p(targets[n, t] | context row rows[n], targets[n, :t]) -> ``(N, T)``.
 
-        Runs in chunks of rows so that no more than ``max_elements`` vocabulary scores exist at once:
-        rescoring hundreds of hypotheses against every document must not need gigabytes of logits.
+        ``lengths (N,)``, if given, says that only positions ``t < lengths[n]`` are needed (the rest are
+        returned as 0). Rows then run shortest first, each chunk cut to its own longest row, so the
+        trailing pads of short hypotheses cost nothing: position t depends only on ``targets[n, :t]``, so
+        cutting changes no value. Chunks hold at most ``max_elements`` vocabulary scores, so rescoring
+        hundreds of hypotheses against every document never needs gigabytes of logits.
         """
-        per_row = max(1, targets.shape[1] * self.vocab_size)
-        chunk = max(1, max_elements // per_row)
-        out = []
-        for start in range(0, rows.shape[0], chunk):
-            sl = slice(start, start + chunk)
-            lp = self.target_logprobs(memory, rows[sl], targets[sl])
-            out.append(lp.gather(-1, targets[sl, :, None]).squeeze(-1))
-        return torch.cat(out) if out else targets.new_zeros(targets.shape, dtype=torch.float32)
+        N, T = targets.shape
+        V = max(1, self.vocab_size)
+        out = targets.new_zeros((N, T), dtype=torch.float32)
+        if lengths is None:
+            lengths = torch.full((N,), T, dtype=torch.long)
+        lengths = lengths.clamp(0, T)
+        order = torch.argsort(lengths, stable=True)
+        sorted_lengths = lengths[order].tolist()
+        start = 0
+        while start < N:
+            end = min(N, start + max(1, max_elements // (V * max(1, sorted_lengths[start]))))
+            while end - start > 1 and sorted_lengths[end - 1] * (end - start) * V > max_elements:
+                end = start + max(1, max_elements // (V * max(1, sorted_lengths[end - 1])))
+            width = sorted_lengths[end - 1]
+            if width > 0:
+                idx = order[start:end]
+                chunk_targets = targets[idx, :width]
+                out[idx, :width] = self._gathered_logprobs(memory, rows[idx], chunk_targets)
+            start = end
+        return out.masked_fill_(torch.arange(T)[None, :] >= lengths[:, None], 0.0)
+
+    def _gathered_logprobs(self, memory: Memory, rows: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        """log p of each target token ``(N, T)``: one chunk of :meth:`target_token_logprobs`."""
+        return self.target_logprobs(memory, rows, targets).gather(-1, targets[:, :, None]).squeeze(-1)
+
+    def prepare_rescoring(self, memory: Memory) -> None:
+        """Before many teacher-forced passes over the same memory rows (Thorough decoding): precompute
+        what every pass against a row shares. The default does nothing."""
+
+    def end_rescoring(self, memory: Memory) -> None:
+        """Drop what :meth:`prepare_rescoring` kept."""
 
     def decode_tokens(self, tokens: torch.Tensor) -> list[str]:
         """Answer tokens (no start token) -> strings, stopping at EOS."""
@@ -180,6 +207,43 @@ class Seq2SeqGenerator(Generator):
     def _decoder_inputs(self, targets: torch.Tensor) -> torch.Tensor:
         start = targets.new_full((targets.shape[0], 1), self.start_token_id)
         return torch.cat([start, targets[:, :-1]], dim=1)
+
+    def prepare_rescoring(self, memory: Memory) -> None:
+        """Run the decoder's first step (the start token) once per memory row and keep its logits and its
+        cache. Every hypothesis rescored against a row then reuses that row's cross-attention keys and
+        values (computed from the encoder output once instead of once per hypothesis, as transformers'
+        Thorough decoding does) and the distribution of its first token."""
+        if "rescoring" in memory.extra:
+            return
+        n = memory.attention_mask.shape[0]
+        state = self.begin(memory, torch.arange(n))
+        first = torch.log_softmax(state.step(torch.full((n,), self.start_token_id, dtype=torch.long)), dim=-1)
+        memory.extra["rescoring"] = (first, state.cache)
+
+    def end_rescoring(self, memory: Memory) -> None:
+        memory.extra.pop("rescoring", None)
+
+    def _gathered_logprobs(self, memory: Memory, rows: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        if "rescoring" not in memory.extra:
+            return super()._gathered_logprobs(memory, rows, targets)
+        first_logprobs, cache = memory.extra["rescoring"]
+        first = first_logprobs[rows, targets[:, 0]][:, None]
+        if targets.shape[1] == 1:
+            return first
+        layers = zip(cache.self_attention_cache.layers, cache.cross_attention_cache.layers)
+        rows_cache = EncoderDecoderCache(
+            [tuple(t.index_select(0, rows) for t in (s.keys, s.values, c.keys, c.values)) for s, c in layers]
+        )
+        logits = self.model(
+            encoder_outputs=(memory.hidden.index_select(0, rows),),
+            attention_mask=memory.attention_mask.index_select(0, rows),
+            decoder_input_ids=targets[:, :-1],
+            past_key_values=rows_cache,
+            use_cache=True,
+            return_dict=True,
+        ).logits
+        rest = torch.log_softmax(logits.float(), dim=-1).gather(-1, targets[:, 1:, None]).squeeze(-1)
+        return torch.cat([first, rest], dim=1)
 
     def target_logits(self, memory: Memory, rows: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
         """Raw logits ``(N, T, V)`` for answer ``targets (N, T)`` against memory rows ``rows (N,)``."""

@@ -135,8 +135,14 @@ def _thorough_doc_logprobs(generator: Generator, memory: Memory, targets: torch.
     n = b_idx.shape[0]
     rows = (b_idx[:, None] * K + torch.arange(K)).reshape(-1)  # (n*K,)
     flat_targets = targets[b_idx, c_idx].repeat_interleave(K, dim=0)
-    token_lp = generator.target_token_logprobs(memory, rows, flat_targets)  # (n*K, T)
     mask = flat_targets.ne(generator.pad_token_id)
+    positions = torch.arange(1, T + 1)
+    lengths = (mask * positions).amax(-1) if T else mask.sum(-1)  # up to the last scored token
+    generator.prepare_rescoring(memory)
+    try:
+        token_lp = generator.target_token_logprobs(memory, rows, flat_targets, lengths)  # (n*K, T)
+    finally:
+        generator.end_rescoring(memory)
     token_lp = token_lp * mask
     if generator.bos_token_id is not None:
         starts_bos = targets[..., 0].eq(generator.bos_token_id) | ~keep
