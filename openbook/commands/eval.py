@@ -1,7 +1,12 @@
-"""``openbook eval``: evaluation commands. ``openbook eval retrieval`` measures retrieval recall@k.
+"""``openbook eval``: evaluation commands.
 
-``eval`` is a command group (``openbook eval TASK ...``) so that more evaluations can be added beside
-``retrieval``. Nothing heavy is imported until a command runs.
+* ``openbook eval --task T --data FILE [--kb DIR] [--model ...]`` evaluates a model on a task of
+  :mod:`openbook.eval.tasks` (NQ, WebQuestions, CuratedTrec, abstractive QA, Jeopardy, FEVER, BoolQ
+  ...) and writes a JSON report and a Markdown summary that keep every prediction;
+* ``openbook eval retrieval ...`` measures retrieval recall@k.
+
+``eval`` is a command group whose subcommand is optional: without one, ``--task`` says what to run.
+Nothing heavy is imported until a command runs (not even the task registry, which imports numpy).
 """
 
 from __future__ import annotations
@@ -9,12 +14,22 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from pathlib import Path
 from typing import Any, TextIO
 from openbook.commands import positive_int
 
 DEFAULT_K_TEXT = "1,5,20,100"
 RETRIEVERS = ("dense", "bm25", "hybrid")
 MATCH_MODES = ("dpr", "lenient")
+# The names of openbook.eval.tasks.TASKS, spelled out so that building the parser imports nothing
+# (a test checks that the two agree).
+TASK_NAMES = (
+    "nq", "webquestions", "curatedtrec", "qa", "abstractive", "jeopardy", "fever3", "fever2", "boolq", "boolq-passage",
+)
+MODELS = ("rag-sequence", "rag-token", "closed-book")
+DECODINGS = ("thorough", "fast")
+DEFAULT_BEAMS = 4
+DEFAULT_BATCH_SIZE = 8
 
 
 def _k_list(text: str) -> list[int]:
@@ -47,10 +62,62 @@ def register(subparsers) -> None:
     """Add the ``eval`` command group to the top-level ``subparsers``."""
     group = subparsers.add_parser(
         "eval",
-        help="evaluate openbook on a question set (eval retrieval: retrieval recall@k)",
-        description="Evaluation commands. Run `openbook eval TASK --help` for one of them.",
+        help="evaluate a model on a task (eval --task T --data FILE), or retrieval recall@k (eval retrieval)",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        description=(
+            "Evaluate a RAG model on a task: predict every example of --data, score each prediction with\n"
+            "the task's metrics, and write OUT/report.json (settings, metrics, every prediction with its\n"
+            "scores and retrieved passages) and OUT/report.md (a summary table, then every prediction).\n"
+            "Classification tasks (fever3, fever2, boolq) pick the one-token label the model finds most\n"
+            "likely instead of generating freely. Or run `openbook eval retrieval --help` for recall@k."
+        ),
+        epilog=(
+            "tasks and their data formats:\n"
+            "  nq            JSON Lines {question, answers: [str], ctxs?}        exact match, F1\n"
+            "  webquestions  JSON array [{qId, qText, answers: [str]}]           exact match, F1\n"
+            "  curatedtrec   TSV id<TAB>type<TAB>question<TAB>regex              regex match\n"
+            "  qa            JSON Lines {question, answers} or {input, target}   exact match, F1\n"
+            "  abstractive   JSON Lines {input, target} or {question, answers}   BLEU-1, ROUGE-L\n"
+            "  jeopardy      JSON Lines {context: 'CATEGORY: clue', continuation: answer}\n"
+            "                (generate the clue from the answer)                 Q-BLEU-1, BLEU-1, ROUGE-L\n"
+            "  fever3/fever2 official FEVER JSON Lines {id, label, claim, evidence} label accuracy\n"
+            "  boolq         JSON Lines {query: 'Passage: ...\\nQuestion: ...', choices, gold}\n"
+            "                (question only; boolq-passage: with the passage)   label accuracy\n\n"
+            "example:\n"
+            "  openbook eval --task nq --data nq-open.jsonl.gz --kb my-kb --limit 200 --out eval-nq"
+        ),
     )
-    tasks = group.add_subparsers(dest="eval_task", metavar="TASK", required=True)
+    group.add_argument("--task", choices=TASK_NAMES, metavar="T", default=None,
+                       help=f"the task: {', '.join(TASK_NAMES)}")
+    group.add_argument("--data", metavar="FILE", help="the task's data file (its format: see below)")
+    group.add_argument("--kb", metavar="DIR", default=None,
+                       help="knowledge-base directory (default: the shipped demo knowledge base)")
+    group.add_argument("--model", choices=MODELS, default=None,
+                       help="rag-sequence (eq. 1), rag-token (eq. 2), or closed-book (the generator alone, no "
+                       "retrieval: the paper's baseline) (default: rag-sequence, or the --run's)")
+    group.add_argument("--generator", metavar="NAME_OR_PATH", default="default",
+                       help="generator p_theta (default: the offline default generator)")
+    group.add_argument("--encoder", metavar="NAME_OR_PATH", default="default",
+                       help="query encoder q(x); must match the knowledge base's (default: the offline encoder)")
+    group.add_argument("--run", metavar="DIR", default=None,
+                       help="evaluate the model trained by `openbook train --out DIR` instead of --generator/--encoder")
+    group.add_argument("--k", type=positive_int, metavar="K", default=None,
+                       help="passages retrieved per input (default: the model's, 5)")
+    group.add_argument("--beams", type=positive_int, metavar="N", default=DEFAULT_BEAMS,
+                       help="beam size for generation tasks (default: %(default)s; 1 is greedy)")
+    group.add_argument("--decoding", choices=DECODINGS, default="thorough",
+                       help="RAG-Sequence decoding (default: %(default)s)")
+    group.add_argument("--max-new-tokens", type=positive_int, metavar="N", default=None,
+                       help="longest generation, in generator tokens (default: the task's)")
+    group.add_argument("--batch-size", type=positive_int, metavar="N", default=DEFAULT_BATCH_SIZE,
+                       help="inputs per batch (default: %(default)s)")
+    group.add_argument("--limit", type=positive_int, metavar="N", default=None, help="evaluate the first N examples")
+    group.add_argument("--out", metavar="DIR", default=None,
+                       help="where report.json and report.md go (default: ./eval-TASK)")
+    group.add_argument("--json", action="store_true",
+                       help="print the metrics and settings as one JSON object instead of a table")
+    group.set_defaults(handler=_cmd_task, subparser=group)
+    tasks = group.add_subparsers(dest="eval_task", metavar="SUBCOMMAND", required=False)
     retrieval = tasks.add_parser(
         "retrieval",
         help="recall@k of the dense, BM25 and hybrid retrievers: answer string and gold passage in the top k",
@@ -101,7 +168,82 @@ def register(subparsers) -> None:
     retrieval.set_defaults(handler=_cmd_retrieval, subparser=retrieval)
 
 
+def _cmd_task(args: argparse.Namespace) -> int:
+    """``openbook eval --task T --data FILE ...``: evaluate, write the reports, print the metrics."""
+    if args.task is None:
+        args.subparser.error(f"give --task T (one of {', '.join(TASK_NAMES)}) and --data FILE, or a subcommand "
+                             "(retrieval)")
+    if args.data is None:
+        args.subparser.error(f"--task {args.task} needs --data FILE")
+    from openbook.eval.tasks import get_task
+
+    # Read the data before loading any model, so a wrong path or a malformed record fails in milliseconds.
+    task = get_task(args.task)
+    examples = task.read(args.data, limit=args.limit)
+    out = Path(args.out if args.out is not None else f"eval-{task.name}")
+    if out.exists() and not out.is_dir():
+        from openbook.errors import InputError
+
+        raise InputError(f"--out {out}: exists and is not a directory")
+
+    model = _load_model(args)
+    from openbook.eval.evaluate import evaluate, write_report
+
+    report = evaluate(
+        model, task, examples, k=args.k, batch_size=args.batch_size, num_beams=args.beams,
+        max_new_tokens=args.max_new_tokens, decoding=args.decoding, progress=sys.stderr.isatty(),
+    )
+    report["settings"] = {
+        "data": str(args.data),
+        "limit": args.limit,
+        **({"run": str(args.run)} if args.run else {"generator": args.generator, "encoder": args.encoder}),
+        **report["settings"],
+    }
+    json_path, md_path = write_report(report, out)
+    summary = {
+        "task": report["task"], "model": report["model"], "n": report["n"], "metrics": report["metrics"],
+        "settings": report["settings"], "report": {"json": str(json_path), "markdown": str(md_path)},
+    }
+    if args.json:
+        print(json.dumps(summary, ensure_ascii=False, indent=2))
+    else:
+        print_metrics(summary, sys.stdout)
+    return 0
+
+
+def _load_model(args: argparse.Namespace):
+    """The model to evaluate: a trained run (``--run``) or a RAG built from names (via ``cli._load_rag``)."""
+    from openbook import cli
+
+    if args.run is not None:
+        cli.quiet_libraries()
+        from openbook.rag.assemble import load_run
+
+        # --model re-reads the same trained weights as the other kind (RAG-Sequence <-> RAG-Token).
+        overrides = {"model": args.model} if args.model is not None else {}
+        return load_run(args.run, kb=args.kb, **overrides)
+    if args.model == "closed-book":
+        cli.quiet_libraries()
+        from openbook.rag.assemble import load_generator
+        from openbook.rag.closed_book import ClosedBook
+
+        return ClosedBook(load_generator(args.generator))
+    return cli._load_rag(args.model or "rag-sequence", args.kb, args.generator, args.encoder)
+
+
+def print_metrics(summary: dict[str, Any], out: TextIO) -> None:
+    """The metrics of an ``eval --task`` run as a small table (scores x 100), then where the reports are."""
+    print(f"{summary['task']}: {summary['n']} examples, model {summary['model']}", file=out)
+    width = max([6] + [len(name) for name in summary["metrics"]])
+    for name, value in summary["metrics"].items():
+        print(f"  {name:<{width}}  {100.0 * value:6.2f}", file=out)
+    print(f"report: {summary['report']['json']}", file=out)
+    print(f"summary: {summary['report']['markdown']}", file=out)
+
+
 def _cmd_retrieval(args: argparse.Namespace) -> int:
+    if getattr(args, "task", None) is not None or getattr(args, "data", None) is not None:
+        args.subparser.error("--task and --data belong to `openbook eval --task T`, not to `eval retrieval`")
     from openbook.eval.datasets import read_nq_open
 
     # Read the questions before loading any model, so a wrong path fails in milliseconds.

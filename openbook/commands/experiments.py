@@ -1,4 +1,8 @@
-"""`openbook experiments ...`: the paper's experiments as one command each, writing a report."""
+"""`openbook experiments ...`: the paper's experiments as one command each, writing a report.
+
+hot-swap (4.5) builds its own knowledge bases; the others evaluate trained runs (`openbook train --out`
+directories), so one training budget serves several experiments: closed-book-vs-rag (Table 1), ablation
+(Table 6), k-sweep (Figure 3), posterior (Figure 2), diversity (Table 5)."""
 
 from __future__ import annotations
 
@@ -28,6 +32,138 @@ def register(commands) -> None:
     hs.add_argument("--limit", type=int, help="first N changed offices only")
     hs.add_argument("--json", action="store_true", help="end with one JSON line of the four accuracies")
     hs.set_defaults(handler=run_hot_swap_command, subparser=hs)
+    _register_paper_experiments(group)
+
+
+RUN_HELP = "a run directory from `openbook train --out`, or 'default' (the untrained offline default models)"
+
+
+def _experiment(group, name: str, help: str, description: str, handler, data: bool = True):
+    """A subcommand with the options every evaluation experiment shares."""
+    from openbook.commands import positive_int
+
+    p = group.add_parser(name, help=help, description=description + " Runs are directories written by "
+                         "`openbook train --out` (their run.json and checkpoint), or 'default'.")
+    if data:
+        p.add_argument("--data", required=True, metavar="FILE", help="dev examples (e.g. NQ-open dev JSONL)")
+        p.add_argument("--task", default="nq", help="task reading --data and scoring (default: %(default)s)")
+        p.add_argument("--limit", type=positive_int, metavar="N", help="first N dev examples only")
+        p.add_argument("--batch-size", type=positive_int, default=8, metavar="N",
+                       help="questions per batch (default: 8)")
+        p.add_argument("--max-new-tokens", type=positive_int, metavar="N",
+                       help="longest answer (default: the task's, 16 for nq, 48 for jeopardy)")
+        p.add_argument("--decoding", choices=("thorough", "fast"), default="thorough",
+                       help="RAG-Sequence decoding (paper 2.5; default: %(default)s)")
+    p.add_argument("--beams", type=positive_int, default=1, metavar="N", help="beam size; 1 = greedy (default)")
+    p.add_argument("--kb", metavar="DIR", help="knowledge base instead of the runs' own")
+    p.add_argument("--out", required=True, metavar="DIR", help="report.json, report.md and the plot go here")
+    p.add_argument("--json", action="store_true", help="end with one JSON line of the headline figures")
+    p.set_defaults(handler=handler, subparser=p)
+    return p
+
+
+def _register_paper_experiments(group) -> None:
+    from openbook.commands import positive_int
+
+    p = _experiment(group, "closed-book-vs-rag", "exact match of closed-book, RAG-Sequence, RAG-Token (Table 1)",
+                    "Exact match of the generator alone and of RAG on the same dev questions (paper Table 1).",
+                    _closed_book_vs_rag)
+    _model_runs(p)
+    p.add_argument("--k", type=positive_int, help="passages per question (default: each run's own k)")
+    p = _experiment(group, "ablation", "BM25 vs frozen vs learned retriever (Table 6)",
+                    "Exact match and answer recall@5 of RAG trained with BM25, a frozen and a learned retriever "
+                    "(paper Table 6).", _ablation)
+    for name, what in (("bm25", "trained with --retriever bm25"), ("frozen", "trained with --freeze-retriever"),
+                       ("learned", "trained end to end")):
+        p.add_argument(f"--{name}", metavar="RUN", help=f"run {what}; " + RUN_HELP)
+    p.add_argument("--model", choices=("rag-sequence", "rag-token"), default="rag-sequence",
+                   help="the kind of 'default' runs (default: %(default)s)")
+    p.add_argument("--k", type=positive_int, help="passages per question (default: each run's own k)")
+    p = _experiment(group, "k-sweep", "exact match and answer recall vs test-time k (Figure 3)",
+                    "Exact match and answer recall@k for each test-time k (paper Figure 3).", _k_sweep)
+    p.add_argument("--run", action="append", required=True, metavar="RUN", help="repeatable; " + RUN_HELP)
+    p.add_argument("--ks", default="1,2,3,5,10", help="comma-separated test-time k (default: %(default)s)")
+    p.add_argument("--model", choices=("rag-sequence", "rag-token"), default="rag-sequence",
+                   help="the kind of 'default' runs (default: %(default)s)")
+    p = _experiment(group, "posterior", "RAG-Token per-token document posterior heat map (Figure 2)",
+                    "Generate with RAG-Token and plot p(z_i|x, y_i, y_<i) per token and document (paper Figure 2).",
+                    _posterior, data=False)
+    p.add_argument("--run", required=True, metavar="RUN", help=RUN_HELP + " (decoded as RAG-Token)")
+    p.add_argument("--question", required=True, help="the input x")
+    p.add_argument("--k", type=positive_int, default=5, help="documents (default: %(default)s)")
+    p.add_argument("--max-new-tokens", type=positive_int, default=16, metavar="N", help="longest answer (default: 16)")
+    p = _experiment(group, "diversity", "distinct/total trigrams of the generations (Table 5)",
+                    "Ratio of distinct to total trigrams of each model's generations and of the gold targets "
+                    "(paper Table 5; the paper's setting is --task jeopardy).", _diversity)
+    _model_runs(p)
+    p.add_argument("--k", type=positive_int, help="passages per question (default: each run's own k)")
+
+
+def _model_runs(p) -> None:
+    for name in ("closed-book", "rag-sequence", "rag-token"):
+        p.add_argument(f"--{name}", metavar="RUN", help=RUN_HELP)
+
+
+def _settings(args: argparse.Namespace):
+    from openbook.cli import quiet_libraries
+    from openbook.experiments.report import EvalSettings
+
+    quiet_libraries()
+    return EvalSettings(data=args.data, task=args.task, limit=args.limit, batch_size=args.batch_size,
+                        beams=args.beams, max_new_tokens=args.max_new_tokens, decoding=args.decoding, kb=args.kb,
+                        k=args.k)
+
+
+def _given(args: argparse.Namespace, names) -> dict[str, str]:
+    runs = {name: getattr(args, name.replace("-", "_")) for name in names}
+    runs = {name: run for name, run in runs.items() if run}
+    if not runs:
+        args.subparser.error(f"give at least one of {', '.join('--' + n for n in names)}")
+    return runs
+
+
+def _closed_book_vs_rag(args: argparse.Namespace) -> int:
+    from openbook.experiments.closed_book_vs_rag import MODELS, run_closed_book_vs_rag
+
+    runs = _given(args, MODELS)
+    return run_closed_book_vs_rag(runs, _settings(args), args.out, args.json)
+
+
+def _ablation(args: argparse.Namespace) -> int:
+    from openbook.experiments.ablation import RETRIEVERS, run_ablation
+
+    runs = _given(args, RETRIEVERS)
+    return run_ablation(runs, _settings(args), args.out, args.json, model=args.model)
+
+
+def _k_sweep(args: argparse.Namespace) -> int:
+    from openbook.experiments.k_sweep import run_k_sweep
+
+    try:
+        ks = [int(k) for k in args.ks.split(",") if k.strip()]
+    except ValueError:
+        args.subparser.error(f"--ks must be comma-separated whole numbers, got {args.ks!r}")
+    if not ks or min(ks) < 1:
+        args.subparser.error(f"--ks must hold positive whole numbers, got {args.ks!r}")
+    args.k = None
+    return run_k_sweep(args.run, ks, _settings(args), args.out, args.json, model=args.model)
+
+
+def _posterior(args: argparse.Namespace) -> int:
+    from openbook.cli import quiet_libraries
+    from openbook.experiments.posterior import run_posterior
+
+    quiet_libraries()
+    return run_posterior(args.run, args.question, args.out, k=args.k, beams=args.beams,
+                         max_new_tokens=args.max_new_tokens, kb=args.kb, as_json=args.json)
+
+
+def _diversity(args: argparse.Namespace) -> int:
+    from openbook.experiments.closed_book_vs_rag import MODELS
+    from openbook.experiments.diversity import run_diversity
+
+    runs = _given(args, MODELS)
+    return run_diversity(runs, _settings(args), args.out, args.json)
 
 
 def run_hot_swap_command(args: argparse.Namespace) -> int:

@@ -15,10 +15,12 @@ def register(commands) -> None:
         description=(
             "Minimise the negative marginal log-likelihood with Adam, updating the query encoder and the "
             "generator; the document encoder and index stay frozen. Data: JSON Lines {input, target}, or "
-            "{question, answers} / NQ-open (the first answer is the target)."
+            "{question, answers} / NQ-open (the first answer is the target). --out DIR gets the checkpoint and "
+            "DIR/run.json, from which openbook.rag.assemble.load_run and `openbook experiments` rebuild the model."
         ),
     )
-    p.add_argument("--model", choices=("rag-sequence", "rag-token"), default="rag-sequence")
+    p.add_argument("--model", choices=("rag-sequence", "rag-token", "closed-book"), default="rag-sequence",
+                   help="closed-book: the generator alone, no retrieval (the paper's BART baseline)")
     p.add_argument("--train", required=True, metavar="FILE", help="training pairs (JSONL, .gz ok)")
     p.add_argument("--dev", metavar="FILE", help="dev set for exact-match evaluation")
     p.add_argument("--kb", metavar="DIR", help="knowledge base (default: the demo knowledge base)")
@@ -83,16 +85,27 @@ def exact_match_eval(dev: list[tuple[str, str, list[str]]], k: int, batch_size: 
     return evaluate
 
 
+def _as_path(path: str) -> str:
+    return str(Path(path).resolve())
+
+
 def run(args: argparse.Namespace) -> int:
     from openbook.cli import quiet_libraries
-    from openbook.rag.assemble import load_rag
+    from openbook.rag.assemble import load_generator, load_rag, write_run_spec
+    from openbook.rag.closed_book import ClosedBook
     from openbook.train import TrainConfig, train
 
     quiet_libraries()
     examples = read_pairs(args.train)
     dev = read_pairs(args.dev, limit=args.dev_limit) if args.dev else None
-    rag = load_rag(model=args.model, kb=args.kb, generator=args.generator, encoder=args.encoder,
-                   learn_scale=args.learn_scale, retriever=args.retriever)
+    if args.model == "closed-book":
+        rag = ClosedBook(load_generator(args.generator))
+    else:
+        rag = load_rag(model=args.model, kb=args.kb, generator=args.generator, encoder=args.encoder,
+                       learn_scale=args.learn_scale, retriever=args.retriever)
+    write_run_spec(args.out, model=args.model, generator=args.generator, encoder=args.encoder, kb=args.kb,
+                   retriever=args.retriever, k=args.k, learn_scale=args.learn_scale,
+                   freeze_retriever=args.freeze_retriever or args.retriever == "bm25", train=_as_path(args.train))
     cfg = TrainConfig(
         k=args.k, epochs=args.epochs, max_steps=args.max_steps, batch_size=args.batch_size,
         grad_accumulation=args.grad_accumulation, lr_generator=args.lr_generator,

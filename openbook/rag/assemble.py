@@ -1,7 +1,8 @@
 """Putting a RAG model together from names: generators, encoders and knowledge bases.
 
 This is where the layers meet: a knowledge base is built by encoding passages (corpus) with a document
-encoder (models) into an index (index); a generator name becomes the right adapter.
+encoder (models) into an index (index); a generator name becomes the right adapter; a training run
+directory (``run.json`` + checkpoint) becomes its trained model again (:func:`load_run`).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import numpy as np
 
 from openbook.corpus import Passage, read_passages
 from openbook.data import demo_passages_path
+from openbook.errors import InputError
 from openbook.index import KnowledgeBase
 from openbook.index.kb import FORMAT_VERSION, stored_format_version
 from openbook.models import cache_dir, load_causal_lm, load_config, load_encoder, load_seq2seq
@@ -150,3 +152,91 @@ def load_rag(
     else:
         knowledge = KnowledgeBase.load(kb, expected_encoder=query_encoder.info())
     return RAG(query_encoder, gen, knowledge, model=model or "rag-sequence", **kwargs)
+
+
+# ---------------------------------------------------------------------------------------------------
+# trained runs
+
+RUN_FILE = "run.json"  # what `openbook train --out DIR` needs to rebuild its model, next to DIR/checkpoint
+RUN_KEYS = ("model", "generator", "encoder", "kb", "retriever", "k", "learn_scale")
+REQUIRED_RUN_KEYS = ("model", "generator", "encoder")
+
+
+def _as_location(value):
+    """A local path as an absolute path (the run may be loaded from another directory); names unchanged."""
+    if value is None or isinstance(value, KnowledgeBase):
+        return None if value is None else str(Path(value.path).resolve())
+    path = Path(value)
+    return str(path.resolve()) if path.exists() else str(value)
+
+
+def write_run_spec(out_dir: str | Path, *, model: str, generator: str = "default", encoder: str = "default",
+                   kb=None, retriever: str = "dense", k: int = 5, learn_scale: bool = False, **extra) -> Path:
+    """Write ``out_dir/run.json``: what :func:`load_run` needs to rebuild the model of a training run.
+
+    Local paths (generator, encoder, knowledge base) are stored absolute; ``kb=None`` is the demo
+    knowledge base of the encoder. ``extra`` (e.g. the training data, the learning rates) is kept for the
+    record."""
+    spec = {"model": model, "generator": _as_location(generator), "encoder": _as_location(encoder),
+            "kb": _as_location(kb), "retriever": retriever, "k": k, "learn_scale": learn_scale, **extra}
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / RUN_FILE
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(spec, indent=1, ensure_ascii=False) + "\n")
+    tmp.replace(path)
+    return path
+
+
+def read_run_spec(run_dir: str | Path, **overrides) -> dict:
+    """``run_dir/run.json`` updated with ``overrides`` (any of :data:`RUN_KEYS`; ``None`` values ignored).
+
+    A run without run.json (trained before openbook wrote it) needs the model, generator and encoder
+    given as overrides; the error says so."""
+    unknown = sorted(set(overrides) - set(RUN_KEYS))
+    if unknown:
+        raise InputError(f"unknown run setting(s) {', '.join(unknown)}; known: {', '.join(RUN_KEYS)}")
+    run_dir = Path(run_dir)
+    path = run_dir / RUN_FILE
+    spec = json.loads(path.read_text()) if path.is_file() else {}
+    spec.update({key: value for key, value in overrides.items() if value is not None})
+    missing = [key for key in REQUIRED_RUN_KEYS if key not in spec and not (key == "encoder" and
+                                                                           spec.get("model") == "closed-book")]
+    if missing:
+        raise InputError(
+            f"{run_dir} has no {RUN_FILE} (runs trained before openbook wrote it): give what it was trained "
+            f"with, load_run({str(run_dir)!r}, {', '.join(f'{key}=...' for key in missing)}) "
+            "(also kb=..., retriever=..., k=... if not the defaults)"
+        )
+    return spec
+
+
+def load_run(run_dir: str | Path, kb=None, **overrides):
+    """The model of a training run (``openbook train --out DIR``) with its trained weights.
+
+    Rebuilds the :class:`~openbook.rag.model.RAG` (or :class:`~openbook.rag.closed_book.ClosedBook`) that
+    ``DIR/run.json`` describes and loads ``DIR/checkpoint/model.pt`` into it (``weights_only``). ``kb``
+    replaces the run's knowledge base (a directory or a loaded KnowledgeBase, e.g. another index built
+    with the same encoder); ``overrides`` replace other run settings (``model``, ``k``, ``retriever`` ...:
+    the same weights decoded as RAG-Token, with BM25 ...). Returned in eval mode.
+    """
+    import torch
+
+    from openbook.rag.closed_book import ClosedBook
+
+    spec = read_run_spec(run_dir, **overrides)
+    weights = Path(run_dir) / "checkpoint" / "model.pt"
+    if not weights.is_file():
+        raise InputError(f"{run_dir}: no trained weights (expected {weights}; is it an `openbook train --out` run?)")
+    if spec["model"] == "closed-book":
+        model = ClosedBook(load_generator(spec["generator"]))
+    else:
+        knowledge = kb if kb is not None else spec.get("kb")
+        model = load_rag(model=spec["model"], kb=knowledge, generator=spec["generator"], encoder=spec["encoder"],
+                         k=int(spec.get("k", 5)), learn_scale=bool(spec.get("learn_scale", False)),
+                         retriever=spec.get("retriever", "dense"))
+    try:
+        model.load_state_dict(torch.load(weights, map_location="cpu", weights_only=True))
+    except RuntimeError as exc:
+        raise InputError(f"{weights} does not fit the model {run_dir}/{RUN_FILE} describes: {exc}") from None
+    return model.eval()

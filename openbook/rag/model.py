@@ -25,6 +25,7 @@ from openbook.models.generators import Generator
 from openbook.rag.decoding import beam_config_for, rag_sequence_decode, rag_token_decode
 from openbook.rag.marginal import (
     rag_sequence_nll,
+    rag_token_marginal,
     rag_token_nll,
     sequence_doc_posterior,
     token_doc_posterior,
@@ -258,6 +259,51 @@ class RAG(nn.Module):
         for b, answer in enumerate(answers):
             answer.alternatives = self.generator.decode_tokens(decoded.tokens[b, 1:])
         return answers
+
+    def label_logprobs(self, questions: Sequence[str], labels: Sequence[str], k: int | None = None) -> torch.Tensor:
+        """log p(y|x) of each one-token label y under the RAG marginal -> ``(B, L)`` (classification).
+
+        For a one-token target RAG-Sequence and RAG-Token agree (paper eqs. 1-2 with one factor):
+        log sum_z p(z|x) p(y_1 = label | x, z), computed from one teacher-forced generator pass per
+        (input, document) with :func:`~openbook.rag.marginal.rag_token_marginal`. Only the label token
+        is scored, not the EOS after it. A forced first token of the generator (BART's forced BOS) is
+        fed before the label, as decoding does. Each label must be a single token of the generator's
+        tokenizer (as an answer, :meth:`Generator.encode_targets`), distinct from the other labels and
+        not the unknown token; otherwise :class:`~openbook.errors.InputError`. Differentiable (no
+        ``no_grad``), so it can also serve as a classification loss.
+        """
+        questions = check_questions(questions)
+        if isinstance(labels, str) or not labels:
+            raise InputError(f"labels must be a non-empty list of strings, got {labels!r}")
+        tokenizer = self.generator.tokenizer
+        unk = getattr(tokenizer, "unk_token_id", None)
+        ids: list[int] = []
+        for label in labels:
+            if not isinstance(label, str) or not label.strip():
+                raise InputError(f"a label must be a non-empty string, got {label!r}")
+            targets, mask = self.generator.encode_targets([label])
+            row = targets[0, : int(mask[0].sum()) - 1].tolist()  # without the EOS
+            if len(row) != 1:
+                pieces = tokenizer.convert_ids_to_tokens(row) if tokenizer is not None else row
+                raise InputError(
+                    f"label {label!r} is {len(row)} tokens {pieces} for the generator's tokenizer; classification "
+                    "labels must be single tokens (choose other label words)"
+                )
+            if unk is not None and row[0] == unk:
+                raise InputError(f"label {label!r} is the unknown token for the generator's tokenizer; choose another word")
+            if row[0] in ids:
+                other = labels[ids.index(row[0])]
+                raise InputError(f"labels {other!r} and {label!r} are the same token for the generator's tokenizer")
+            ids.append(row[0])
+        retrieval = self.retrieve(questions, k)
+        B, K = retrieval.doc_logprobs.shape
+        memory = self.generator.encode(self.generator.contexts(questions, retrieval.passages))
+        prefix = [] if self.generator.forced_bos_token_id is None else [int(self.generator.forced_bos_token_id)]
+        targets = torch.tensor([prefix + [ids[0]]], dtype=torch.long).repeat(B * K, 1)
+        lp = self.generator.target_logprobs(memory, torch.arange(B * K), targets)  # (B*K, T, V)
+        last = lp[:, -1, :].reshape(B, K, 1, -1)  # the distribution of the label position, per document
+        marginal = rag_token_marginal(last, retrieval.doc_logprobs.to(last.dtype))  # (B, 1, V)
+        return marginal[:, 0, ids]
 
     def _answers(self, questions, retrieval: Retrieval, memory, tokens: torch.Tensor,
                  doc_seq_logprobs: torch.Tensor | None = None) -> list[Answer]:

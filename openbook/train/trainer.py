@@ -2,7 +2,8 @@
 
 Minimise the negative marginal log-likelihood sum_j -log p(y_j|x_j) with Adam, updating the query
 encoder q(x) and the generator p_theta while the document encoder and the index stay frozen. The
-``frozen`` retriever ablation (Table 6) also freezes q(x).
+``frozen`` retriever ablation (Table 6) also freezes q(x). A model without a retriever (the closed-book
+baseline, :class:`~openbook.rag.closed_book.ClosedBook`) trains its generator only.
 
 Resumable: a checkpoint (written atomically) holds the trainable weights, the optimiser state, the RNG
 states and the position in the data order, so ``resume=True`` after an interruption continues to the same
@@ -60,20 +61,25 @@ class TrainState:
 
 
 def parameter_groups(rag, cfg: TrainConfig) -> list[dict]:
-    """Adam groups: the generator, the query encoder (unless frozen), the learnable score scale."""
+    """Adam groups: the generator, the query encoder (unless frozen or absent), the learnable score scale."""
     groups = [{"params": [p for p in rag.generator.parameters()], "lr": cfg.lr_generator, "name": "generator"}]
-    if not cfg.freeze_retriever:
+    if not cfg.freeze_retriever and _query_encoder(rag) is not None:
         groups.append({"params": list(rag.query_encoder.parameters()), "lr": cfg.lr_query_encoder,
                        "name": "query_encoder"})
-    if rag.log_scale.requires_grad:
+    if getattr(rag, "log_scale", None) is not None and rag.log_scale.requires_grad:
         groups.append({"params": [rag.log_scale], "lr": cfg.lr_score_scale, "name": "score_scale"})
     return groups
+
+
+def _query_encoder(rag):
+    """q(x), or None for a model without retrieval (the closed-book generator)."""
+    return getattr(rag, "query_encoder", None)
 
 
 def _set_trainable(rag, cfg: TrainConfig) -> None:
     for p in rag.generator.parameters():
         p.requires_grad_(True)
-    for p in rag.query_encoder.parameters():
+    for p in _query_encoder(rag).parameters() if _query_encoder(rag) is not None else ():
         p.requires_grad_(not cfg.freeze_retriever)
 
 

@@ -1,0 +1,239 @@
+"""Shared plumbing of the paper's experiments (`openbook experiments ...`): models from trained runs,
+exact-match evaluation through :mod:`openbook.eval.evaluate`, retrieval answer recall, the Markdown table,
+the PNG plots (matplotlib, Agg backend) and the report files.
+
+Every experiment writes ``OUT/report.json`` (settings, the table rows, the headline figures and whatever
+the experiment adds), ``OUT/report.md`` (the table), ``OUT/*.png`` (a plot) and, per evaluated model,
+``OUT/eval-LABEL.json`` / ``.md`` (:func:`openbook.eval.evaluate.write_report`: every prediction).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from openbook.errors import InputError
+
+DEFAULT = "default"  # instead of a run directory: the untrained offline default models
+
+
+@dataclass
+class EvalSettings:
+    """What every experiment evaluates on, and how it decodes (greedy, short answers: fast on a CPU)."""
+
+    data: str | None = None  # dev data file of the task
+    task: str = "nq"
+    limit: int | None = None  # first N dev examples
+    batch_size: int = 8
+    beams: int = 1
+    max_new_tokens: int | None = None  # None: the task's default (NQ 16, Jeopardy 48)
+    decoding: str = "thorough"  # RAG-Sequence: thorough or fast decoding
+    kb: str | None = None  # knowledge base replacing the runs' own
+    k: int | None = None  # passages per question at test time (None: each run's own k)
+
+
+# ------------------------------------------------------------------------------------------ models
+
+
+def load_model(run: str, model: str = "rag-sequence", kb: str | None = None, *, decode_as: str | None = None,
+               retriever: str | None = None):
+    """The model of a training run directory (:func:`~openbook.rag.assemble.load_run`), or for ``"default"``
+    the untrained offline default models as ``model`` (``closed-book``, ``rag-sequence``, ``rag-token``).
+    ``decode_as`` uses a run's weights as another RAG kind (``rag-token`` for the Figure 2 posteriors);
+    ``retriever`` replaces its retriever (``bm25``); ``kb`` its knowledge base."""
+    from openbook.rag.assemble import load_generator, load_rag, load_run
+    from openbook.rag.closed_book import ClosedBook
+
+    if run != DEFAULT:
+        if not Path(run).is_dir():
+            raise InputError(f"{run}: not a run directory (from `openbook train --out`) nor {DEFAULT!r}")
+        return load_run(run, kb=kb, model=decode_as, retriever=retriever)
+    kind = decode_as or model
+    if kind == "closed-book":
+        return ClosedBook(load_generator(DEFAULT)).eval()
+    return load_rag(model=kind, kb=kb, retriever=retriever or "dense").eval()
+
+
+def read_examples(settings: EvalSettings):
+    """``(task, examples)``: the first ``settings.limit`` examples of ``settings.data``."""
+    from openbook.eval.tasks import get_task
+
+    if not settings.data:
+        raise InputError("no dev data given (--data FILE)")
+    task = get_task(settings.task)
+    return task, task.read(settings.data, limit=settings.limit)
+
+
+def evaluate_model(model, task, examples, settings: EvalSettings, out_dir: str | Path, label: str,
+                   k: int | None = None) -> dict:
+    """Predict and score every example (:func:`openbook.eval.evaluate.evaluate`, batched greedy/beam
+    decoding) and write ``OUT/eval-LABEL.json`` / ``.md``; returns the evaluation report."""
+    from openbook.eval.evaluate import evaluate, write_report
+
+    report = evaluate(model, task, examples, k=k if k is not None else settings.k, batch_size=settings.batch_size,
+                      num_beams=settings.beams, max_new_tokens=settings.max_new_tokens, decoding=settings.decoding,
+                      progress=True)
+    write_report(report, out_dir, name=f"eval-{slug(label)}")
+    return report
+
+
+def answer_hits(model, examples, k: int, batch_size: int = 8) -> list[list[bool]]:
+    """Per example, whether each of the model's top-k passages contains a gold answer (DPR's has_answer)."""
+    import torch
+
+    from openbook.eval.retrieval import answer_in_passage
+
+    hits: list[list[bool]] = []
+    for start in range(0, len(examples), batch_size):
+        batch = examples[start: start + batch_size]
+        with torch.no_grad():
+            retrieval = model.retrieve([ex.input for ex in batch], k)
+        hits += [[answer_in_passage(p.text, ex.golds) for p in row] for row, ex in zip(retrieval.passages, batch)]
+    return hits
+
+
+def answer_recall(hits: list[list[bool]], ks: Sequence[int]) -> dict[int, float]:
+    """``{k: fraction of examples with an answer-bearing passage in the top k}``."""
+    from openbook.eval.metrics import recall_at_k
+
+    return recall_at_k(hits, ks)
+
+
+def with_model(run: str, model: str, settings: EvalSettings, use, **load_options):
+    """``use(model)`` on the model of ``run`` (:func:`load_model`), which is freed before returning, so that
+    an experiment over several runs holds one generator in memory at a time."""
+    import gc
+
+    loaded = load_model(run, model, kb=settings.kb, **load_options)
+    try:
+        return use(loaded)
+    finally:
+        del loaded
+        gc.collect()
+
+
+def slug(label: str) -> str:
+    return "".join(c if c.isalnum() or c in "-_." else "-" for c in label).strip("-") or "model"
+
+
+# ------------------------------------------------------------------------------------------ tables
+
+
+def percent(value: float | None) -> str:
+    return "-" if value is None or (isinstance(value, float) and math.isnan(value)) else f"{100.0 * value:.1f}"
+
+
+def markdown_table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
+    """A Markdown table; floats are printed with 4 significant digits, pipes escaped."""
+
+    def cell(value: Any) -> str:
+        text = f"{value:.4g}" if isinstance(value, float) else str(value)
+        return " ".join(text.split()).replace("|", "\\|")
+
+    lines = ["| " + " | ".join(cell(h) for h in headers) + " |", "|" + "|".join("---" for _ in headers) + "|"]
+    lines += ["| " + " | ".join(cell(v) for v in row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+# ------------------------------------------------------------------------------------------ plots
+
+
+def _pyplot():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def bar_plot(path: str | Path, categories: Sequence[str], series: dict[str, Sequence[float]], title: str,
+             ylabel: str = "%") -> Path:
+    """Grouped bars: one group per category, one bar per series (values in [0, 1], shown as %)."""
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(1.6 + 1.4 * len(categories) * max(1, len(series)) ** 0.5, 3.6))
+    width, top = 0.8 / max(1, len(series)), 5.0
+    for i, (name, values) in enumerate(series.items()):
+        xs = [c + (i - (len(series) - 1) / 2) * width for c in range(len(categories))]
+        heights = [0.0 if v is None or math.isnan(v) else 100.0 * v for v in values]
+        bars = ax.bar(xs, heights, width, label=name)
+        top = max([top] + [1.15 * h for h in heights])
+        ax.bar_label(bars, labels=[percent(v) for v in values], fontsize=8)
+    ax.set_xticks(range(len(categories)), categories)
+    ax.set_ylim(0, top)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    if len(series) > 1:
+        ax.legend(fontsize=8)
+    return _save(fig, path)
+
+
+def line_plot(path: str | Path, xs: Sequence[int], panels: dict[str, dict[str, Sequence[float]]], title: str,
+              xlabel: str = "k") -> Path:
+    """One panel per metric (name -> {series -> values at xs}), values in [0, 1] shown as %."""
+    plt = _pyplot()
+    fig, axes = plt.subplots(1, len(panels), figsize=(4.2 * len(panels), 3.6), squeeze=False)
+    for ax, (metric, series) in zip(axes[0], panels.items()):
+        for name, values in series.items():
+            ax.plot(list(xs), [100.0 * v for v in values], marker="o", label=name)
+        ax.set_xlabel(xlabel)
+        ax.set_ylabel(f"{metric} (%)")
+        ax.set_xticks(list(xs))
+        ax.set_ylim(bottom=0)
+        ax.legend(fontsize=8)
+    fig.suptitle(title)
+    return _save(fig, path)
+
+
+def heatmap(path: str | Path, matrix: Sequence[Sequence[float]], xlabels: Sequence[str], ylabels: Sequence[str],
+            title: str) -> Path:
+    """``matrix[row][col]`` as a heat map (rows: ``ylabels``, columns: ``xlabels``), values in [0, 1]."""
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(1.5 + 0.55 * len(xlabels), 1.2 + 0.45 * len(ylabels)))
+    image = ax.imshow(matrix, aspect="auto", cmap="Blues", vmin=0.0, vmax=1.0)
+    ax.set_xticks(range(len(xlabels)), [x if x.strip() else repr(x) for x in xlabels], rotation=60, ha="right",
+                  fontsize=8)
+    ax.set_yticks(range(len(ylabels)), [y[:40] for y in ylabels], fontsize=8)
+    fig.colorbar(image, ax=ax, fraction=0.04)
+    ax.set_title(title, fontsize=9)
+    return _save(fig, path)
+
+
+def _save(fig, path: str | Path) -> Path:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    _pyplot().close(fig)
+    return path
+
+
+# ------------------------------------------------------------------------------------------ reports
+
+
+def finish(out_dir: str | Path, title: str, headers: Sequence[str], rows: Sequence[Sequence[Any]],
+           headline: dict, report: dict, as_json: bool = False, notes: str = "",
+           settings: EvalSettings | None = None) -> int:
+    """Write ``OUT/report.json`` and ``OUT/report.md``, print the table, and with ``as_json`` one last JSON
+    line of the headline figures. Returns the command's exit status (0)."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    table = markdown_table(headers, rows)
+    full = {"title": title, "command": " ".join(sys.argv), **({"settings": asdict(settings)} if settings else {}),
+            "table": {"headers": list(headers), "rows": [list(r) for r in rows]}, "headline": headline, **report}
+    (out / "report.json").write_text(json.dumps(full, indent=1, ensure_ascii=False) + "\n")
+    plots = sorted(p.name for p in out.glob("*.png"))
+    md = [f"# {title}", "", table, ""]
+    if notes:
+        md += [notes, ""]
+    md += [f"![{name}]({name})" for name in plots]
+    (out / "report.md").write_text("\n".join(md) + "\n")
+    print(table)
+    if as_json:
+        print(json.dumps(headline, ensure_ascii=False))
+    return 0
