@@ -36,12 +36,18 @@ DEFAULT_MAX_NEW_TOKENS = 32
 DEFAULT_BATCH_SIZE = 8
 
 
-def _load_rag(model: str, kb: str | None, generator: str, encoder: str) -> Any:
-    """Build the RAG model the command will query (replaced by a stub in the CLI tests)."""
+def _load_rag(model: str, kb: str | None, generator: str, encoder: str, run: str | None = None) -> Any:
+    """Build the RAG model the command will query (replaced by a stub in the CLI tests): from names, or
+    the trained model of an ``openbook train --out RUN`` directory (``model``, if given, overrides the
+    run's kind, e.g. decoding RAG-Sequence-trained weights as RAG-Token)."""
     quiet_libraries()
+    if run is not None:
+        from openbook.rag.assemble import load_run
+
+        return load_run(run, kb=kb, **({"model": model} if model else {}))
     from openbook.rag import RAG  # lazy: pulls in torch and transformers
 
-    return RAG.load(model=model, kb=kb, generator=generator, encoder=encoder)
+    return RAG.load(model=model or "rag-sequence", kb=kb, generator=generator, encoder=encoder)
 
 
 def quiet_libraries() -> None:
@@ -105,9 +111,9 @@ def build_parser() -> argparse.ArgumentParser:
     ask.add_argument(
         "--model",
         choices=MODELS,
-        default="rag-sequence",
+        default=None,
         help="how documents are marginalised: one document per answer (rag-sequence, eq. 1) or per "
-        "token (rag-token, eq. 2) (default: %(default)s)",
+        "token (rag-token, eq. 2) (default: rag-sequence, or the --run's)",
     )
     ask.add_argument(
         "--k", type=positive_int, default=DEFAULT_K, help="passages retrieved per question (default: %(default)s)"
@@ -121,6 +127,13 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="RAG-Sequence decoding: 'thorough' rescores every candidate under every passage, 'fast' "
         f"treats candidates missing from a passage's beam as probability 0 (default: {DEFAULT_DECODING})",
+    )
+    ask.add_argument(
+        "--run",
+        metavar="DIR",
+        default=None,
+        help="answer with the model trained by `openbook train --out DIR` (its generator, query encoder, "
+        "knowledge base and kind, unless --model/--kb say otherwise)",
     )
     ask.add_argument(
         "--kb", metavar="DIR", default=None, help="knowledge-base directory (default: the shipped demo knowledge base)"
@@ -235,6 +248,7 @@ def _cmd_ask(args: argparse.Namespace) -> int:
     if (args.question is None) == (args.file is None):
         args.subparser.error("give exactly one of QUESTION or --file")  # exits with status 2
 
+    model_given, args.model = args.model, args.model or "rag-sequence"
     decoding = args.decoding or DEFAULT_DECODING
     if args.decoding is not None and args.model != "rag-sequence":
         warnings.warn(f"--decoding {args.decoding} applies to --model rag-sequence only; ignored for {args.model}")
@@ -243,7 +257,11 @@ def _cmd_ask(args: argparse.Namespace) -> int:
     # Read the questions before loading any model, so a wrong path fails in milliseconds.
     numbered = _read_questions(args.file) if args.file is not None else []
 
-    rag = _load_rag(model=args.model, kb=args.kb, generator=args.generator, encoder=args.encoder)
+    if args.run is None:
+        rag = _load_rag(model=args.model, kb=args.kb, generator=args.generator, encoder=args.encoder)
+    else:
+        rag = _load_rag(model=model_given, kb=args.kb, generator=args.generator, encoder=args.encoder,
+                        run=args.run)
     options = dict(k=args.k, num_beams=args.beams, decoding=decoding, max_new_tokens=args.max_new_tokens)
     if args.min_new_tokens or args.length_penalty != 1.0:  # only pass what differs from the defaults
         options.update(min_new_tokens=args.min_new_tokens, length_penalty=args.length_penalty)

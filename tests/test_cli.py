@@ -426,3 +426,19 @@ def test_python_dash_m_openbook():
     result = python("-m", "openbook", "--version")
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip().startswith("openbook ")
+
+
+def test_ask_run_loads_the_trained_model(monkeypatch, capsys):
+    """--run DIR goes to load_run with the run directory; --model is passed only when given."""
+    calls = []
+
+    def fake_load_run(run, kb=None, **overrides):
+        calls.append((run, kb, overrides))
+        return StubRAG(model=overrides.get("model", "rag-token"), warn=None)
+
+    import openbook.rag.assemble as assemble
+
+    monkeypatch.setattr(assemble, "load_run", fake_load_run)
+    assert cli.main(["ask", "Who wrote it?", "--run", "runs/x"]) == 0
+    assert cli.main(["ask", "Who wrote it?", "--run", "runs/x", "--model", "rag-sequence", "--kb", "kb2"]) == 0
+    assert calls == [("runs/x", None, {}), ("runs/x", "kb2", {"model": "rag-sequence"})]
