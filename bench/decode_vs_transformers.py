@@ -52,17 +52,15 @@ import json
 import math
 import multiprocessing as mp
 import os
-import platform
 import resource
-import shlex
 import statistics
-import sys
 import time
-import warnings
 from types import SimpleNamespace
 
 import torch
 from torch import nn
+
+from _common import BART_BASE, print_header, quiet
 
 METHODS = ("hf_seq", "ours_seq", "hf_tok", "ours_tok", "ours_seq_fast")
 LABELS = {
@@ -72,8 +70,6 @@ LABELS = {
     "ours_tok": "RAG-Token              openbook",
     "ours_seq_fast": "RAG-Sequence Fast      openbook (no HF)",
 }
-BART_BASE = dict(vocab_size=50265, d_model=768, encoder_layers=6, decoder_layers=6, encoder_attention_heads=12,
-                 decoder_attention_heads=12, encoder_ffn_dim=3072, decoder_ffn_dim=3072)  # BartConfig() is bart-large
 QUESTION_LENGTH = 12  # DPR question ids: [CLS] + 10 word pieces + [SEP]
 PAD_NOTE = (
     "contexts are full length, no padding: transformers 5.x RagSequenceForGeneration.generate runs its "
@@ -102,13 +98,6 @@ def parse_args(argv=None) -> argparse.Namespace:
 # ----------------------------------------------------------------------------------------------- setup
 
 
-def _quiet() -> None:
-    from transformers.utils import logging as hf_logging
-
-    hf_logging.set_verbosity_error()
-    warnings.filterwarnings("ignore")
-
-
 def _calibrate_eos_bias(gen, args, vocab: int) -> float:
     """The EOS logit bias at which EOS would be the argmax at ``eos_rate`` of greedy decoding positions."""
     g = torch.Generator().manual_seed(args.seed + 1000)
@@ -124,7 +113,7 @@ def _calibrate_eos_bias(gen, args, vocab: int) -> float:
 
 def build(args) -> SimpleNamespace:
     """Models (same seed -> same weights in every process) and the benchmark inputs."""
-    _quiet()
+    quiet()
     from transformers import (BartConfig, BartForConditionalGeneration, DPRConfig, DPRQuestionEncoder, RagConfig,
                               RagSequenceForGeneration, RagTokenForGeneration)
 
@@ -281,15 +270,7 @@ def describe(rows: list[list[int]], eos: int, max_new: int) -> str:
 def main(argv=None) -> None:
     args = parse_args(argv)
     threads = torch.get_num_threads()
-    import transformers
-
-    env_prefix = f"PYTHONPATH={shlex.quote(os.environ['PYTHONPATH'])} " if os.environ.get("PYTHONPATH") else ""
-    command = f"cd {shlex.quote(os.getcwd())} && {env_prefix}" + " ".join(map(shlex.quote, [sys.executable, *sys.argv]))
-    print(f"command:       {command}")
-    print(f"versions:      torch {torch.__version__}, transformers {transformers.__version__}, "
-          f"python {platform.python_version()}")
-    print(f"threads:       torch.get_num_threads() = {threads} (os.cpu_count() = {os.cpu_count()}, "
-          f"load average {os.getloadavg()[0]:.2f} at start)")
+    print_header()
     print(f"workload:      {args.questions} questions x k={args.k} docs, {args.beams} beams, "
           f"max_length={args.max_length}, context length {args.context_length}, {args.repeats} repeats")
     print(f"note:          {PAD_NOTE}")

@@ -1,0 +1,35 @@
+"""Shared pieces of the benchmarks that compare openbook with transformers' RAG (not run by `make bench`)."""
+
+from __future__ import annotations
+
+import os
+import platform
+import shlex
+import sys
+import warnings
+
+import torch
+
+# BartConfig() defaults are bart-large; these are bart-base's sizes
+BART_BASE = dict(vocab_size=50265, d_model=768, encoder_layers=6, decoder_layers=6, encoder_attention_heads=12,
+                 decoder_attention_heads=12, encoder_ffn_dim=3072, decoder_ffn_dim=3072)
+
+
+def quiet() -> None:
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.set_verbosity_error()
+    warnings.filterwarnings("ignore")
+
+
+def print_header() -> None:
+    """The command that reproduces this run, the library versions and the CPU threads/load."""
+    import transformers
+
+    env_prefix = f"PYTHONPATH={shlex.quote(os.environ['PYTHONPATH'])} " if os.environ.get("PYTHONPATH") else ""
+    command = f"cd {shlex.quote(os.getcwd())} && {env_prefix}" + " ".join(map(shlex.quote, [sys.executable, *sys.argv]))
+    print(f"command:       {command}")
+    print(f"versions:      torch {torch.__version__}, transformers {transformers.__version__}, "
+          f"python {platform.python_version()}")
+    print(f"threads:       torch.get_num_threads() = {torch.get_num_threads()} (os.cpu_count() = {os.cpu_count()}, "
+          f"load average {os.getloadavg()[0]:.2f} at start)")
