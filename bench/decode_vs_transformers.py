@@ -18,8 +18,10 @@ so transformers and openbook are measured side by side; odd repeats swap the ord
 one-question warm-up. Every comparison of generated tokens (trailing pads stripped; transformers' leading
 decoder-start token dropped) must match for ``identical`` to be true.
 
-Peak memory: each measured call runs once more in a fresh *spawned* child process that rebuilds the same
-seeded models and inputs, runs ``gc`` and ``malloc_trim(0)``, resets the kernel's RSS high-water mark
+Peak memory (``--memory inline``, the default): around the first timed call of each method, after ``gc``
+and ``malloc_trim(0)``, the kernel's RSS high-water mark is reset and VmHWM - VmRSS-before is the call's
+peak. With ``--memory child`` each measured call instead runs once more in a fresh *spawned* child process
+that rebuilds the same seeded models and inputs, runs ``gc`` and ``malloc_trim(0)``, resets the kernel's RSS high-water mark
 (``echo 5 > /proc/self/clear_refs``), reads its RSS and makes the call; peak MB = VmHWM (the high-water mark
 of the child's resident set, /proc/self/status) after the call minus VmRSS right before it.
 ``getrusage().ru_maxrss`` is printed too but not used: in these children it is not lowered by the reset
@@ -40,7 +42,7 @@ fixed point (``x x x ...``), so answers barely depend on the input and all run t
 the run prints how varied they are. The untied head adds 38.6M parameters but no compute.
 
 Usage:  PYTHONPATH=. python bench/decode_vs_transformers.py [--questions 32] [--k 5] [--beams 4]
-            [--max-length 20] [--context-length 128] [--repeats 2] [--memory child|off]
+            [--max-length 20] [--context-length 128] [--repeats 2] [--memory inline|child|off]
 """
 
 from __future__ import annotations
@@ -86,7 +88,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--max-length", type=int, default=20, help="generate()'s max_length (counts the start token)")
     p.add_argument("--context-length", type=int, default=128, help="generator input tokens per (question, doc)")
     p.add_argument("--repeats", type=int, default=2)
-    p.add_argument("--memory", choices=("child", "off"), default="child", help="peak-RSS measurement")
+    p.add_argument("--memory", choices=("inline", "child", "off"), default="inline",
+                   help="peak-RSS measurement: around the first timed call of each method (inline), in a "
+                   "fresh spawned child per method (child: cleaner, twice the run time), or not at all")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--init-std", type=float, default=0.02, help="BartConfig.init_std (body weights)")
     p.add_argument("--head-std", type=float, default=0.35, help="std of the untied LM head")
@@ -292,12 +296,18 @@ def main(argv=None) -> None:
     times = {name: [] for name in METHODS}
     outs: dict[str, list] = {name: [] for name in METHODS}
     mismatches = []
+    inline_peaks: dict[str, dict] = {}
     for r in range(args.repeats):
         order = list(METHODS) if r % 2 == 0 else ["ours_seq", "hf_seq", "ours_tok", "hf_tok", "ours_seq_fast"]
         for name in order:
             gc.collect()
+            inline = args.memory == "inline" and r == 0
+            if inline:
+                reset, before = _reset_peak(), _status_mb("VmRSS")
             t = time.perf_counter()
             out = call(env, name)
+            if inline:
+                inline_peaks[name] = {"hwm_delta_mb": _status_mb("VmHWM") - before, "reset": reset}
             times[name].append(time.perf_counter() - t)
             outs[name].append(answers(env, name, out))
             print(f"  repeat {r + 1}/{args.repeats} {name:14s} {times[name][-1]:8.2f}s  "
@@ -308,7 +318,7 @@ def main(argv=None) -> None:
                 mismatches.append((r, hf, mine, bad))
     identical = not mismatches
 
-    peaks = {}
+    peaks = inline_peaks
     if args.memory == "child":
         print("peak memory (fresh spawned child per call):", flush=True)
         peaks = measure_memory(args, threads)
@@ -331,9 +341,9 @@ def main(argv=None) -> None:
               f"{peak:>8s}")
     print()
     print("speedup = transformers median wall time / openbook median wall time (same process, interleaved)")
-    print("peak MB = VmHWM after the call - VmRSS before it, in a fresh spawned child per call (high-water mark "
-          "reset via /proc/self/clear_refs after building models/inputs, gc and malloc_trim)" if peaks
-          else "peak MB: not measured")
+    where = "in a fresh spawned child per call" if args.memory == "child" else "around the first timed call"
+    print(f"peak MB = VmHWM after the call - VmRSS before it, {where} (high-water mark reset via "
+          "/proc/self/clear_refs after gc and malloc_trim)" if peaks else "peak MB: not measured")
     if peaks and not all(p["reset"] for p in peaks.values()):
         print("WARNING: /proc/self/clear_refs unavailable: VmHWM includes model building (upper bound)")
     print(f"answers RAG-Sequence: {describe(outs['ours_seq'][0], eos, max_new)}")
@@ -342,7 +352,7 @@ def main(argv=None) -> None:
     print(f"RAG-Sequence Fast answers equal to Thorough: {same_fast}/{args.questions} "
           "(Fast is a different approximation; no transformers counterpart)")
     print(f"identical outputs (every transformers/openbook comparison, all repeats"
-          f"{' and memory children' if peaks else ''}): {identical}")
+          f"{' and memory children' if args.memory == 'child' else ''}): {identical}")
     for r, hf, mine, bad in mismatches:
         print(f"  MISMATCH repeat {r}: {hf} vs {mine}, questions {bad}")
         if bad:
