@@ -506,6 +506,27 @@ def test_index_types_are_recorded_and_searchable(tmp_path, index_type, params):
     assert not loaded.index.read_only and loaded.index.ntotal == 300
 
 
+@pytest.mark.parametrize("index_type, params", [
+    ("hnsw_sq8", {"M": 8}),
+    ("ivfpq", {"nlist": 4, "m": 2, "nbits": 4, "nprobe": 1}),  # deliberately coarse codes
+])
+def test_compressed_indexes_rerank_exactly_from_the_stored_vectors(tmp_path, index_type, params):
+    """IVF-PQ / HNSW-SQ8 scores are lossy; the knowledge base re-scores 10·k candidates from d(z), so the
+    returned scores are exact inner products and the ranking matches exact search where the candidates
+    cover it."""
+    passages = corpus(300)
+    kb = build(tmp_path / "kb", passages, batch_size=64, index_type=index_type, index_params=params)
+    queries = hashed_bow([p.text for p in passages[:20]])
+    scores, rows = kb.search(queries, 5)
+    vectors = np.asarray(kb.embeddings, dtype=np.float32)
+    exact = np.einsum("qkd,qd->qk", vectors[rows], queries.astype(np.float32))
+    np.testing.assert_allclose(scores, exact, rtol=1e-4, atol=1e-4)
+    assert (np.diff(scores, axis=1) <= 1e-6).all()  # best first
+    kb.index.rerank_with(None)  # the raw compressed search for comparison
+    raw_scores, _ = kb.index.search(queries, 5)
+    assert not np.allclose(raw_scores, exact, atol=1e-4)  # without re-ranking the scores are approximations
+
+
 def test_unknown_index_type_fails_before_encoding(tmp_path):
     calls: list = []
     with pytest.raises(InputError, match="unknown index type 'annoy'"):

@@ -69,7 +69,7 @@ from openbook.corpus import Passage
 from openbook.corpus.readers import RecordErrors, SourcePassage
 from openbook.errors import InputError, KnowledgeBaseError
 from openbook.index.atomic import atomic_output, fsync_path, make_temp_dir_next_to, replace_dir
-from openbook.index.dense import DenseIndex, as_float32_matrix, check_k, index_class
+from openbook.index.dense import DenseIndex, as_float32_matrix, check_k, default_nlist, index_class
 from openbook.index.store import (
     NPY_HEADER_BYTES,
     EmbeddingsWriter,
@@ -96,6 +96,7 @@ ENCODER_IDENTITY_KEYS = ("name", "pooling", "normalize", "dim")
 BUILD_HINT = "build one with `openbook kb build SOURCE --out DIR` or openbook.index.KnowledgeBase.build()"
 REBUILD_HINT = "rebuild it with `openbook kb build SOURCE --out DIR`"
 ADD_CHUNK_ROWS = 65_536  # rows read from embeddings.npy at a time while filling an index
+RERANK_FACTOR = 10  # compressed indexes: candidates fetched per result, re-scored exactly
 TRAIN_SAMPLE_ROWS = 100_000  # training sample for indexes that need one (unless the kind says otherwise)
 PHI_HEADROOM = 1.1  # HNSW kinds: bound on |x|^2 = this x the largest seen, leaving room for later adds
 _HASH_BLOCK = 1 << 20
@@ -252,6 +253,9 @@ def _create_index(
     if "phi" in defaults and params.get("phi") is None:
         # HNSW kinds need a bound on |x|^2 before the first add; leave room for later edits.
         params["phi"] = float(_max_squared_norm(embeddings)) * PHI_HEADROOM or 1.0
+    if "nlist" in defaults and params.get("nlist") is None:
+        # IVF kinds: size the lists for all rows, not for the training sample below
+        params["nlist"] = default_nlist(len(embeddings))
     index = kind.create(embeddings.shape[1], **params)
     if getattr(index, "needs_training", False):
         limit = int(getattr(kind, "max_train_vectors", TRAIN_SAMPLE_ROWS))
@@ -1091,6 +1095,8 @@ class KnowledgeBase:
     def _set(self, path, manifest, version, store, embeddings, index) -> None:
         self._path, self._manifest, self._version = path, manifest, version
         self._store, self._embeddings, self._index = store, embeddings, index
+        if index.compressed:  # IVF-PQ / HNSW-SQ8: exact re-ranking of 10·k candidates from d(z) on disk
+            index.rerank_with(embeddings, factor=RERANK_FACTOR)
         visible_rows = _version_entry(manifest, version)["num_rows"]
         deleted = store.deleted_rows(version)
         later = np.arange(visible_rows, manifest["num_rows"], dtype=np.int64)
