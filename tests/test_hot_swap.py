@@ -64,3 +64,49 @@ def test_hot_swap_command_on_tiny_models(tmp_path, monkeypatch, capsys):
     report = json.loads((tmp_path / "out" / "report.json").read_text())
     assert report["offices"] == 2 and len(report["predictions"]) == 2
     assert (tmp_path / "out" / "report.md").is_file()
+
+
+def test_hot_swap_with_a_trained_run(tmp_path, monkeypatch, capsys):
+    """--run swaps the era indexes under a trained model (the paper's NQ RAG model): its checkpoint
+    weights answer, its kind is the default, and the indexes are written with the untrained document
+    encoder d(z), not with the trained query encoder."""
+    import numpy as np
+    import torch
+    from test_closed_book import save_tiny_models, train_run
+
+    import openbook.rag.assemble as assemble
+    from openbook.cli import main
+    from openbook.index import KnowledgeBase
+    from openbook.models import load_encoder
+
+    path, _ = rows(tmp_path)
+    gen_dir, enc_dir, kb_dir = save_tiny_models(tmp_path)
+    run = train_run(tmp_path, "run", "rag-token", gen_dir, enc_dir, kb_dir, "--max-steps", "3")
+    loaded = []
+    real_load_run = assemble.load_run
+    monkeypatch.setattr(assemble, "load_run", lambda *a, **kw: loaded.append(real_load_run(*a, **kw)) or loaded[-1])
+    out = tmp_path / "out"
+    assert main(["experiments", "hot-swap", "--leaders", str(path), "--out", str(out), "--run", str(run),
+                 "--k", "2", "--max-new-tokens", "3", "--json"]) == 0
+    acc = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert set(acc) == {"index2016_era2016", "index2016_era2018", "index2018_era2016", "index2018_era2018"}
+    report = json.loads((out / "report.json").read_text())
+    assert report["model"] == "rag-token" and report["run"] == str(run)
+    (rag,) = loaded
+    trained = torch.load(run / "checkpoint" / "model.pt", weights_only=True)
+    assert all(torch.equal(v, trained[k]) for k, v in rag.state_dict().items())
+    untrained = load_encoder(str(enc_dir))
+    assert any(not torch.equal(v, untrained.state_dict()[k]) for k, v in rag.query_encoder.state_dict().items())
+    kb = KnowledgeBase.load(out / "kb-2018")
+    passages = kb.passages(np.arange(len(kb)))
+    assert np.allclose(kb.embeddings[: len(passages)], untrained.encode_passages(passages), atol=1e-5)
+    assert "run " + str(run) in (out / "report.md").read_text()
+
+
+def test_hot_swap_run_and_model_names_exclude_each_other(tmp_path, capsys):
+    from openbook.cli import main
+
+    path, _ = rows(tmp_path)
+    code = main(["experiments", "hot-swap", "--leaders", str(path), "--out", str(tmp_path / "o"), "--run",
+                 str(tmp_path), "--generator", "gpt2"])
+    assert code == 2 and "exclude each other" in capsys.readouterr().err

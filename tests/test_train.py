@@ -3,6 +3,8 @@ the documents never change, and an interrupted run resumes to the same weights."
 
 from __future__ import annotations
 
+import json
+
 
 import pytest
 import torch
@@ -110,3 +112,71 @@ def test_train_command_end_to_end(kb, tmp_path, capsys):
     assert out["steps"] == 2 and 0.0 <= out["dev"]["exact_match"] <= 1.0
     assert main(args[:-4] + ["--max-steps", "3", "--resume", "--batch-size", "2"]) == 0
     assert json.loads(capsys.readouterr().out.strip().splitlines()[-1])["steps"] == 3
+
+
+TASK_FILES = {
+    # task: (file name, content in the format of ../shared/data, the (input, target) pairs expected)
+    "curatedtrec": ("trec.tsv", "1\tfactoid\tWhat is the largest ocean?\tPacific( Ocean)?\n"
+                                "2\tfactoid\tWho wrote The Sun Also Rises?\t(Ernest )?Hemingway\n",
+                    [("What is the largest ocean?", "Pacific Ocean"),
+                     ("Who wrote The Sun Also Rises?", "Ernest Hemingway")]),
+    "webquestions": ("wq.json", json.dumps([{"qId": "a", "qText": "capital of france?", "answers": ["Paris"]},
+                                            {"qId": "b", "qText": "largest ocean?", "answers": ["Pacific"]}]),
+                     [("capital of france?", "Paris"), ("largest ocean?", "Pacific")]),
+    "jeopardy": ("j.jsonl", "\n".join(json.dumps(r) for r in [
+        {"context": "OCEANS: The largest ocean of the world", "continuation": "Pacific", "category": "oceans"},
+        {"context": "AUTHORS: He wrote The Sun Also Rises", "continuation": "Hemingway", "category": "authors"}]),
+                 [("Pacific", "The largest ocean of the world"), ("Hemingway", "He wrote The Sun Also Rises")]),
+    "fever3": ("fever.jsonl", "\n".join(json.dumps(r) for r in [
+        {"id": 1, "verifiable": "VERIFIABLE", "label": "SUPPORTS", "claim": "Paris is in France.",
+         "evidence": [[[1, 2, "Paris", 0]]]},
+        {"id": 2, "verifiable": "NOT VERIFIABLE", "label": "NOT ENOUGH INFO", "claim": "Everest is blue.",
+         "evidence": [[[3, None, None, None]]]}]),
+               [("Paris is in France.", "true"), ("Everest is blue.", "unknown")]),
+    "boolq": ("boolq.jsonl", "\n".join(json.dumps(r) for r in [
+        {"query": "Passage: Paris is the capital of France.\nQuestion: is paris in france?", "choices": ["no", "yes"],
+         "gold": 1}]),
+              [("is paris in france?", "yes")]),
+}
+
+
+@pytest.mark.parametrize("task", sorted(TASK_FILES))
+def test_train_command_reads_every_task_format(kb, tmp_path, capsys, monkeypatch, task):
+    """`openbook train --task T` trains on the formats of ../shared/data through the task's reader (labels
+    as one-token targets) and scores the dev set with the task's primary metric."""
+    import openbook.train as train_module
+    from openbook.cli import main
+    from openbook.eval.tasks import get_task
+    from test_closed_book import save_tiny_models
+
+    name, content, pairs = TASK_FILES[task]
+    data = tmp_path / name
+    data.write_text(content + "\n")
+    seen = []
+    real_train = train_module.train
+    monkeypatch.setattr(train_module, "train", lambda rag, examples, *a, **kw: seen.append(list(examples))
+                        or real_train(rag, examples, *a, **kw))
+    gen_dir, enc_dir, kb_dir = save_tiny_models(tmp_path)
+    # the tiny tokenizer has no words "true"/"no": label tasks train here, but their dev set cannot be scored
+    dev = [] if get_task(task).labels else ["--dev", str(data)]
+    args = ["train", "--task", task, "--train", str(data), *dev, "--kb", str(kb_dir),
+            "--out", str(tmp_path / "run"), "--generator", str(gen_dir), "--encoder", str(enc_dir), "--k", "2",
+            "--max-steps", "1", "--batch-size", "2"]
+    assert main(args) == 0
+    out = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert seen == [pairs]
+    if dev:
+        primary = get_task(task).primary_metric
+        assert set(out["dev"]) == {primary, "n"} and 0.0 <= out["dev"][primary] <= 1.0
+    assert json.loads((tmp_path / "run" / "run.json").read_text())["task"] == task
+
+
+def test_train_command_task_errors_name_the_file(tmp_path, capsys):
+    from openbook.cli import main
+
+    bad = tmp_path / "trec.tsv"
+    bad.write_text("only one column\n")
+    assert main(["train", "--task", "curatedtrec", "--train", str(bad), "--out", str(tmp_path / "r")]) != 0
+    assert "trec.tsv" in capsys.readouterr().err
+    assert main(["train", "--task", "squad", "--train", str(bad), "--out", str(tmp_path / "r")]) != 0
+    assert "unknown task 'squad'" in capsys.readouterr().err

@@ -23,9 +23,13 @@ def register(commands) -> None:
     )
     hs.add_argument("--leaders", required=True, metavar="CSV", help="wikidata-leaders-history.csv")
     hs.add_argument("--out", required=True, metavar="DIR", help="report and knowledge bases go here")
-    hs.add_argument("--model", choices=("rag-sequence", "rag-token"), default="rag-sequence")
-    hs.add_argument("--generator", default="default", help="e.g. a checkpoint trained with openbook train")
-    hs.add_argument("--encoder", default="default")
+    hs.add_argument("--run", metavar="RUN", help="a run trained with `openbook train --out` (its query encoder "
+                    "and generator; the paper swaps the index under its NQ-trained model); default: the untrained "
+                    "--generator and --encoder")
+    hs.add_argument("--model", choices=("rag-sequence", "rag-token"),
+                    help="default: the run's own kind, else rag-sequence")
+    hs.add_argument("--generator", default="default", help="generator name or path (without --run)")
+    hs.add_argument("--encoder", default="default", help="encoder name or path (without --run)")
     hs.add_argument("--k", type=int, default=5)
     hs.add_argument("--beams", type=int, default=1)
     hs.add_argument("--max-new-tokens", type=int, default=24)
@@ -169,20 +173,35 @@ def _diversity(args: argparse.Namespace) -> int:
 def run_hot_swap_command(args: argparse.Namespace) -> int:
     from openbook.cli import quiet_libraries
     from openbook.experiments.hot_swap import ERAS, run_hot_swap
-    from openbook.rag.assemble import build_knowledge_base, load_generator
     from openbook.models import load_encoder
+    from openbook.rag.assemble import build_knowledge_base, load_generator, load_run, read_run_spec
     from openbook.rag.model import RAG
 
     quiet_libraries()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    encoder = load_encoder(args.encoder)
+    if args.run:
+        for flag, value in (("--generator", args.generator), ("--encoder", args.encoder)):
+            if value != "default":
+                args.subparser.error(f"{flag} and --run exclude each other: a run brings its own models")
+        spec = read_run_spec(args.run)
+        if spec["model"] == "closed-book":
+            args.subparser.error(f"--run {args.run} is a closed-book run: the hot swap needs a retriever")
+        # The era indexes are written with the frozen *document* encoder d(z), the run's untrained one;
+        # the trained query encoder q(x) only reads them.
+        encoder = load_encoder(spec["encoder"])
+        rag = load_run(args.run, model=args.model)
+        model, generator = rag.model_type, str(Path(args.run).resolve())
+    else:
+        encoder = load_encoder(args.encoder)
+        rag = None
+        model, generator = args.model or "rag-sequence", args.generator
     build = lambda passages, path: build_knowledge_base(passages, encoder, path, progress=False)  # noqa: E731
-    first = build(_probe_passage(), out / "kb-probe")
-    rag = RAG(encoder, load_generator(args.generator), first, model=args.model, k=1)
+    if rag is None:
+        rag = RAG(encoder, load_generator(args.generator), build(_probe_passage(), out / "kb-probe"), model=model, k=1)
     report = run_hot_swap(rag, args.leaders, out, build, limit=args.limit, k=args.k, num_beams=args.beams,
                           max_new_tokens=args.max_new_tokens)
-    report.update(command=" ".join(sys.argv), model=args.model, generator=args.generator, eras=ERAS)
+    report.update(command=" ".join(sys.argv), model=model, generator=generator, run=args.run, eras=ERAS)
     (out / "report.json").write_text(json.dumps(report, indent=1, ensure_ascii=False))
     acc = report["accuracy"]
     table = [
@@ -192,7 +211,9 @@ def run_hot_swap_command(args: argparse.Namespace) -> int:
         f"| 2018 index | {acc['index2018_era2016']:.1%} | {acc['index2018_era2018']:.1%} |",
     ]
     (out / "report.md").write_text(
-        f"# Index hot-swap ({report['offices']} offices whose holder changed)\n\n" + "\n".join(table) + "\n"
+        f"# Index hot-swap ({report['offices']} offices whose holder changed)\n\n" + "\n".join(table) + "\n\n"
+        f"Model: {model}, {'run ' + args.run if args.run else 'generator ' + generator}; k={args.k}, "
+        f"beams={args.beams}. Paper (NQ-trained RAG): 70% and 68% matched, 12% and 4% mismatched.\n"
     )
     print("\n".join(table))
     if args.json:

@@ -15,14 +15,19 @@ def register(commands) -> None:
         description=(
             "Minimise the negative marginal log-likelihood with Adam, updating the query encoder and the "
             "generator; the document encoder and index stay frozen. Data: JSON Lines {input, target}, or "
-            "{question, answers} / NQ-open (the first answer is the target). --out DIR gets the checkpoint and "
+            "{question, answers} / NQ-open (the first answer is the target); with --task T, any format of that "
+            "task (WebQuestions JSON, CuratedTrec TSV, Jeopardy, FEVER, BoolQ ...), read by the task's own reader "
+            "into its training targets (one-token labels for FEVER and BoolQ). --out DIR gets the checkpoint and "
             "DIR/run.json, from which openbook.rag.assemble.load_run and `openbook experiments` rebuild the model."
         ),
     )
     p.add_argument("--model", choices=("rag-sequence", "rag-token", "closed-book"), default="rag-sequence",
                    help="closed-book: the generator alone, no retrieval (the paper's BART baseline)")
     p.add_argument("--train", required=True, metavar="FILE", help="training pairs (JSONL, .gz ok)")
-    p.add_argument("--dev", metavar="FILE", help="dev set for exact-match evaluation")
+    p.add_argument("--dev", metavar="FILE", help="dev set, scored with the task's metric (default: exact match)")
+    p.add_argument("--task", metavar="T", help="read --train/--dev with this task's reader (see `openbook eval "
+                   "--help`: nq, webquestions, curatedtrec, qa, abstractive, jeopardy, fever3, fever2, boolq, "
+                   "boolq-passage) and score the dev set with its primary metric")
     p.add_argument("--kb", metavar="DIR", help="knowledge base (default: the demo knowledge base)")
     p.add_argument("--out", required=True, metavar="DIR", help="run directory: checkpoint, report")
     p.add_argument("--generator", default="default")
@@ -70,6 +75,29 @@ def read_pairs(path: str, limit: int | None = None) -> list[tuple[str, str, list
     return pairs
 
 
+def read_task_pairs(task_name: str, path: str, limit: int | None = None) -> tuple[object, list]:
+    """``(task, examples)`` of ``path`` read by the task's own reader; the error names the task and file."""
+    from openbook.errors import InputError
+    from openbook.eval.tasks import get_task
+
+    task = get_task(task_name)
+    examples = task.read(path, limit=limit)
+    if not examples:
+        raise InputError(f"{path}: no {task.name} examples")
+    return task, examples
+
+
+def task_eval(task, examples: list, k: int, batch_size: int = 8):
+    """A dev evaluator scoring with the task's own evaluation (labels by likelihood for classification)."""
+    from openbook.eval.evaluate import evaluate as evaluate_task
+
+    def evaluate(rag) -> dict:
+        report = evaluate_task(rag, task, examples, k=k, batch_size=batch_size, num_beams=1)
+        return {task.primary_metric: report["metrics"][task.primary_metric], "n": report["n"]}
+
+    return evaluate
+
+
 def exact_match_eval(dev: list[tuple[str, str, list[str]]], k: int, batch_size: int = 8):
     """A dev evaluator: exact match of greedy-ish (2-beam) answers against all gold answers."""
     from openbook.eval.metrics import exact_match
@@ -96,8 +124,16 @@ def run(args: argparse.Namespace) -> int:
     from openbook.train import TrainConfig, train
 
     quiet_libraries()
-    examples = read_pairs(args.train)
-    dev = read_pairs(args.dev, limit=args.dev_limit) if args.dev else None
+    if args.task:
+        _, train_examples = read_task_pairs(args.task, args.train)
+        pairs = [ex.to_pair() for ex in train_examples]
+    else:
+        pairs = [(x, y) for x, y, _ in read_pairs(args.train)]
+    evaluate = None  # the data is read (and checked) before the models load
+    if args.dev and args.task:
+        evaluate = task_eval(*read_task_pairs(args.task, args.dev, limit=args.dev_limit), k=args.k)
+    elif args.dev:
+        evaluate = exact_match_eval(read_pairs(args.dev, limit=args.dev_limit), args.k)
     if args.model == "closed-book":
         rag = ClosedBook(load_generator(args.generator))
     else:
@@ -105,7 +141,8 @@ def run(args: argparse.Namespace) -> int:
                        learn_scale=args.learn_scale, retriever=args.retriever)
     write_run_spec(args.out, model=args.model, generator=args.generator, encoder=args.encoder, kb=args.kb,
                    retriever=args.retriever, k=args.k, learn_scale=args.learn_scale,
-                   freeze_retriever=args.freeze_retriever or args.retriever == "bm25", train=_as_path(args.train))
+                   freeze_retriever=args.freeze_retriever or args.retriever == "bm25", train=_as_path(args.train),
+                   task=args.task)
     cfg = TrainConfig(
         k=args.k, epochs=args.epochs, max_steps=args.max_steps, batch_size=args.batch_size,
         grad_accumulation=args.grad_accumulation, lr_generator=args.lr_generator,
@@ -113,8 +150,7 @@ def run(args: argparse.Namespace) -> int:
         max_target_length=args.max_target_length, freeze_retriever=args.freeze_retriever or args.retriever == "bm25", seed=args.seed,
         checkpoint_every=args.checkpoint_every, eval_every=args.eval_every, mixed_precision=args.mixed_precision,
     )
-    evaluate = exact_match_eval(dev, args.k) if dev else None
-    state = train(rag, [(x, y) for x, y, _ in examples], cfg, args.out, resume=args.resume, evaluate=evaluate)
+    state = train(rag, pairs, cfg, args.out, resume=args.resume, evaluate=evaluate)
     report = {"steps": state.step, "history": state.history, "model": args.model}
     Path(args.out, "report.json").write_text(json.dumps(report, indent=1))
     final = [h for h in state.history if "dev" in h]
