@@ -30,7 +30,7 @@ import torch
 from torch import nn
 from transformers import Cache
 
-from openbook.models.generators import Contexts, Generator, Memory, PassageLike
+from openbook.models.generators import Contexts, Generator, Memory, PassageLike, regroup_rows
 
 __all__ = [
     "DEFAULT_CHAT_PROMPT",
@@ -293,11 +293,44 @@ class CausalLMGenerator(Generator):
         return out.logits, out.past_key_values
 
     def encode(self, contexts: Contexts) -> Memory:
-        """Prefill every prompt once: ``extra = {"cache", "last_logits" (N, V), "lengths" (N,)}``."""
+        """Prefill every prompt once: ``extra = {"cache", "last_logits" (N, V), "lengths" (N,)}``.
+
+        Prompts of different lengths are prefilled in length groups (:func:`length_groups`), each cut to
+        its own longest prompt, so left padding costs (almost) nothing; the groups' key/value caches are
+        left-padded with zeros to one width (masked, as pads always are) and put back in row order."""
         mask = contexts.attention_mask
         positions = (mask.long().cumsum(-1) - 1).clamp(min=0)
-        logits, cache = self._forward(contexts.input_ids, mask, positions, None, last_only=True)
-        extra = {"cache": cache, "last_logits": logits[:, -1, :], "lengths": mask.long().sum(-1)}
+        lengths = mask.long().sum(-1)
+        left_padded = bool((mask.bool() == (torch.arange(mask.shape[1] - 1, -1, -1)[None, :] < lengths[:, None])).all())
+        groups = self._length_groups(lengths) if left_padded else []
+        if len(groups) <= 1:
+            logits, cache = self._forward(contexts.input_ids, mask, positions, None, last_only=True)
+            extra = {"cache": cache, "last_logits": logits[:, -1, :], "lengths": lengths}
+            return Memory(hidden=None, attention_mask=mask, extra=extra)
+        width_all = mask.shape[1]
+        caches, last = [], []
+        for group in groups:
+            rows = torch.tensor(group, dtype=torch.long)
+            start = width_all - max(1, int(lengths[rows].max()))
+            logits, cache = self._forward(contexts.input_ids[rows, start:], mask[rows, start:],
+                                          positions[rows, start:], None, last_only=True)
+            caches.append((cache, start))
+            last.append(logits[:, -1, :])
+        cache = caches[0][0]
+        if any(type(layer).__name__ != "DynamicLayer" for layer in cache.layers):  # e.g. sliding-window layers
+            logger.debug("cache layers are not all DynamicLayer: prefilling in one padded batch")
+            logits, cache = self._forward(contexts.input_ids, mask, positions, None, last_only=True)
+            extra = {"cache": cache, "last_logits": logits[:, -1, :], "lengths": lengths}
+            return Memory(hidden=None, attention_mask=mask, extra=extra)
+        merged = copy.copy(cache)
+        merged.layers = []
+        for i, layer in enumerate(cache.layers):
+            new = copy.copy(layer)
+            for name in ("keys", "values"):  # (rows, heads, width, dim): pad on the left to the full width
+                parts = [nn.functional.pad(getattr(c.layers[i], name), (0, 0, start, 0)) for c, start in caches]
+                setattr(new, name, regroup_rows(parts, groups))
+            merged.layers.append(new)
+        extra = {"cache": merged, "last_logits": regroup_rows(last, groups), "lengths": lengths}
         return Memory(hidden=None, attention_mask=mask, extra=extra)
 
     def target_logits(self, memory: Memory, rows: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
