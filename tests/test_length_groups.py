@@ -153,3 +153,24 @@ def test_causal_grouped_prefill_equals_one_padded_block():
                 reference = (first, second)
         torch.testing.assert_close(first, reference[0], atol=1e-5, rtol=1e-5)
         torch.testing.assert_close(second, reference[1], atol=1e-5, rtol=1e-5)
+
+
+def test_sliding_window_models_prefill_in_one_block():
+    """A sliding-window cache keeps more than keys and values, so such models are never grouped."""
+    from transformers import MistralConfig, MistralForCausalLM
+
+    from openbook.models.causal import CausalLMGenerator
+    from test_causal_generator import PASSAGES, QUESTIONS, make_generator, make_tokenizer
+
+    assert make_generator()._plain_cache
+    tok = make_tokenizer(True)
+    config = MistralConfig(vocab_size=len(tok), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                           num_attention_heads=4, num_key_value_heads=2, sliding_window=8, pad_token_id=0)
+    gen = CausalLMGenerator(MistralForCausalLM(config).eval(), tok)
+    assert gen._plain_cache is False
+    gen.length_group_cost = 0
+    calls = []
+    real_forward = gen._forward
+    gen._forward = lambda *a, **kw: calls.append(1) or real_forward(*a, **kw)
+    gen.encode(gen.contexts(QUESTIONS, PASSAGES))
+    assert len(calls) == 1

@@ -28,7 +28,7 @@ from typing import Sequence
 
 import torch
 from torch import nn
-from transformers import Cache
+from transformers import Cache, DynamicCache
 
 from openbook.models.generators import Contexts, Generator, Memory, PassageLike, regroup_rows
 
@@ -52,6 +52,15 @@ DEFAULT_PLAIN_PROMPT = "Title: {title}\nPassage: {text}\nQuestion: {question}\nA
 
 # Stand-ins rendered into the template to find where the question (and the text after it) lies.
 _SENTINEL = "OPENBOOKSENTINEL"
+
+
+def _plain_cache_layers(model: nn.Module) -> bool:
+    """True if the model's key/value cache layers are plain ``DynamicLayer``s (keys and values only)."""
+    try:
+        return all(type(layer).__name__ == "DynamicLayer" for layer in DynamicCache(config=model.config).layers)
+    except Exception:  # noqa: BLE001 - an unusual config: do not group
+        logger.debug("could not tell the cache layer types of %s", type(model).__name__, exc_info=True)
+        return False
 
 
 def select_cache_rows(cache: Cache, index: torch.Tensor) -> Cache:
@@ -140,6 +149,9 @@ class CausalLMGenerator(Generator):
         # The prompt text after the question: answers are tokenised as its continuation.
         self._answer_anchor = self.render(_SENTINEL, "t", "p").rsplit(_SENTINEL, 1)[-1]
         self._logits_to_keep = "logits_to_keep" in inspect.signature(model.forward).parameters
+        # Whether the model's cache layers hold only keys and values: then prompts can be prefilled in length
+        # groups and their caches merged (sliding-window layers keep more state).
+        self._plain_cache = _plain_cache_layers(model)
 
     # ------------------------------------------------------------------ prompts
 
@@ -297,41 +309,35 @@ class CausalLMGenerator(Generator):
 
         Prompts of different lengths are prefilled in length groups (:func:`length_groups`), each cut to
         its own longest prompt, so left padding costs (almost) nothing; the groups' key/value caches are
-        left-padded with zeros to one width (masked, as pads always are) and put back in row order."""
-        mask = contexts.attention_mask
+        left-padded with zeros to one width (masked, as pads always are) and put back in row order. Models
+        whose cache layers keep more than keys and values (sliding windows) always run one padded block."""
+        ids, mask = contexts.input_ids, contexts.attention_mask
         positions = (mask.long().cumsum(-1) - 1).clamp(min=0)
         lengths = mask.long().sum(-1)
         left_padded = bool((mask.bool() == (torch.arange(mask.shape[1] - 1, -1, -1)[None, :] < lengths[:, None])).all())
-        groups = self._length_groups(lengths) if left_padded else []
+        groups = self._length_groups(lengths) if left_padded and self._plain_cache else []
         if len(groups) <= 1:
-            logits, cache = self._forward(contexts.input_ids, mask, positions, None, last_only=True)
-            extra = {"cache": cache, "last_logits": logits[:, -1, :], "lengths": lengths}
-            return Memory(hidden=None, attention_mask=mask, extra=extra)
-        width_all = mask.shape[1]
-        caches, last = [], []
+            logits, cache = self._forward(ids, mask, positions, None, last_only=True)
+            return Memory(hidden=None, attention_mask=mask,
+                          extra={"cache": cache, "last_logits": logits[:, -1, :], "lengths": lengths})
+        parts = []  # (first column, last logits, cache) of each group
         for group in groups:
             rows = torch.tensor(group, dtype=torch.long)
-            start = width_all - max(1, int(lengths[rows].max()))
-            logits, cache = self._forward(contexts.input_ids[rows, start:], mask[rows, start:],
-                                          positions[rows, start:], None, last_only=True)
-            caches.append((cache, start))
-            last.append(logits[:, -1, :])
-        cache = caches[0][0]
-        if any(type(layer).__name__ != "DynamicLayer" for layer in cache.layers):  # e.g. sliding-window layers
-            logger.debug("cache layers are not all DynamicLayer: prefilling in one padded batch")
-            logits, cache = self._forward(contexts.input_ids, mask, positions, None, last_only=True)
-            extra = {"cache": cache, "last_logits": logits[:, -1, :], "lengths": lengths}
-            return Memory(hidden=None, attention_mask=mask, extra=extra)
-        merged = copy.copy(cache)
+            start = mask.shape[1] - max(1, int(lengths[rows].max()))
+            logits, cache = self._forward(ids[rows, start:], mask[rows, start:], positions[rows, start:], None,
+                                          last_only=True)
+            parts.append((start, logits[:, -1, :], cache))
+        merged = copy.copy(parts[0][2])
         merged.layers = []
-        for i, layer in enumerate(cache.layers):
+        for i, layer in enumerate(parts[0][2].layers):
             new = copy.copy(layer)
             for name in ("keys", "values"):  # (rows, heads, width, dim): pad on the left to the full width
-                parts = [nn.functional.pad(getattr(c.layers[i], name), (0, 0, start, 0)) for c, start in caches]
-                setattr(new, name, regroup_rows(parts, groups))
+                padded = [nn.functional.pad(getattr(cache.layers[i], name), (0, 0, start, 0))
+                          for start, _, cache in parts]
+                setattr(new, name, regroup_rows(padded, groups))
             merged.layers.append(new)
-        extra = {"cache": merged, "last_logits": regroup_rows(last, groups), "lengths": lengths}
-        return Memory(hidden=None, attention_mask=mask, extra=extra)
+        last = regroup_rows([logits for _, logits, _ in parts], groups)
+        return Memory(hidden=None, attention_mask=mask, extra={"cache": merged, "last_logits": last, "lengths": lengths})
 
     def target_logits(self, memory: Memory, rows: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
         """Raw logits ``(N, T, V)`` for answer ``targets (N, T)`` after the prompts of memory rows ``rows (N,)``."""
