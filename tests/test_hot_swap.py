@@ -63,7 +63,8 @@ def test_hot_swap_command_on_tiny_models(tmp_path, monkeypatch, capsys):
     assert set(acc) == {"index2016_era2016", "index2016_era2018", "index2018_era2016", "index2018_era2018"}
     report = json.loads((tmp_path / "out" / "report.json").read_text())
     assert report["offices"] == 2 and len(report["predictions"]) == 2
-    assert (tmp_path / "out" / "report.md").is_file()
+    assert "![hot_swap.png](hot_swap.png)" in (tmp_path / "out" / "report.md").read_text()
+    assert (tmp_path / "out" / "hot_swap.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
 def test_hot_swap_with_a_trained_run(tmp_path, monkeypatch, capsys):

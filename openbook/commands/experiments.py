@@ -173,6 +173,7 @@ def _diversity(args: argparse.Namespace) -> int:
 def run_hot_swap_command(args: argparse.Namespace) -> int:
     from openbook.cli import quiet_libraries
     from openbook.experiments.hot_swap import ERAS, run_hot_swap
+    from openbook.experiments.report import bar_plot
     from openbook.models import load_encoder
     from openbook.rag.assemble import build_knowledge_base, load_generator, load_run, read_run_spec
     from openbook.rag.model import RAG
@@ -202,8 +203,13 @@ def run_hot_swap_command(args: argparse.Namespace) -> int:
     report = run_hot_swap(rag, args.leaders, out, build, limit=args.limit, k=args.k, num_beams=args.beams,
                           max_new_tokens=args.max_new_tokens)
     report.update(command=" ".join(sys.argv), model=model, generator=generator, run=args.run, eras=ERAS)
-    (out / "report.json").write_text(json.dumps(report, indent=1, ensure_ascii=False))
     acc = report["accuracy"]
+    bar_plot(out / "hot_swap.png", ["2016 index", "2018 index"],
+             {"2016 holders": [acc["index2016_era2016"], acc["index2018_era2016"]],
+              "2018 holders": [acc["index2016_era2018"], acc["index2018_era2018"]]},
+             f"Index hot-swap: {report['offices']} offices whose holder changed", ylabel="accuracy (%)")
+    report["plot"] = "hot_swap.png"
+    (out / "report.json").write_text(json.dumps(report, indent=1, ensure_ascii=False))
     table = [
         "| index \\ question era | 2016 holders | 2018 holders |",
         "|---|---|---|",
@@ -213,7 +219,8 @@ def run_hot_swap_command(args: argparse.Namespace) -> int:
     (out / "report.md").write_text(
         f"# Index hot-swap ({report['offices']} offices whose holder changed)\n\n" + "\n".join(table) + "\n\n"
         f"Model: {model}, {'run ' + args.run if args.run else 'generator ' + generator}; k={args.k}, "
-        f"beams={args.beams}. Paper (NQ-trained RAG): 70% and 68% matched, 12% and 4% mismatched.\n"
+        f"beams={args.beams}. Paper (NQ-trained RAG): 70% and 68% matched, 12% and 4% mismatched.\n\n"
+        "![hot_swap.png](hot_swap.png)\n"
     )
     print("\n".join(table))
     if args.json:
