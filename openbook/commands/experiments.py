@@ -191,15 +191,16 @@ def run_hot_swap_command(args: argparse.Namespace) -> int:
         # The era indexes are written with the frozen *document* encoder d(z), the run's untrained one;
         # the trained query encoder q(x) only reads them.
         encoder = load_encoder(spec["encoder"])
-        rag = load_run(args.run, model=args.model)
-        model, generator = rag.model_type, str(Path(args.run).resolve())
     else:
         encoder = load_encoder(args.encoder)
-        rag = None
-        model, generator = args.model or "rag-sequence", args.generator
     build = lambda passages, path: build_knowledge_base(passages, encoder, path, progress=False)  # noqa: E731
-    if rag is None:
-        rag = RAG(encoder, load_generator(args.generator), build(_probe_passage(), out / "kb-probe"), model=model, k=1)
+    probe = build(_probe_passage(), out / "kb-probe")  # the model starts on this; each era's index replaces it
+    if args.run:  # the run's own knowledge base is never loaded
+        rag = load_run(args.run, kb=probe, model=args.model)
+        model, generator = rag.model_type, str(Path(args.run).resolve())
+    else:
+        model, generator = args.model or "rag-sequence", args.generator
+        rag = RAG(encoder, load_generator(args.generator), probe, model=model, k=1)
     report = run_hot_swap(rag, args.leaders, out, build, limit=args.limit, k=args.k, num_beams=args.beams,
                           max_new_tokens=args.max_new_tokens)
     report.update(command=" ".join(sys.argv), model=model, generator=generator, run=args.run, eras=ERAS)
