@@ -180,3 +180,37 @@ def test_train_command_task_errors_name_the_file(tmp_path, capsys):
     assert "trec.tsv" in capsys.readouterr().err
     assert main(["train", "--task", "squad", "--train", str(bad), "--out", str(tmp_path / "r")]) != 0
     assert "unknown task 'squad'" in capsys.readouterr().err
+
+
+def test_train_command_max_context_length_is_kept_by_the_run(kb, tmp_path, capsys):
+    """--max-context-length cuts the generator's inputs in training and is restored by load_run."""
+    from openbook.cli import main
+    from openbook.rag.assemble import load_run
+    from test_closed_book import save_tiny_models
+
+    gen_dir, enc_dir, kb_dir = save_tiny_models(tmp_path)
+    data = tmp_path / "train.jsonl"
+    data.write_text("\n".join(json.dumps({"input": x, "target": y}) for x, y in EXAMPLES))
+    base = ["train", "--train", str(data), "--kb", str(kb_dir), "--generator", str(gen_dir), "--encoder",
+            str(enc_dir), "--k", "2", "--max-steps", "1", "--batch-size", "2"]
+    assert main(base + ["--out", str(tmp_path / "run"), "--max-context-length", "12"]) == 0
+    assert json.loads((tmp_path / "run" / "run.json").read_text())["max_context_length"] == 12
+    assert load_run(tmp_path / "run").generator.max_context_length == 12
+    capsys.readouterr()
+    assert main(base + ["--out", str(tmp_path / "bad"), "--max-context-length", "0"]) == 2
+    assert "--max-context-length" in capsys.readouterr().err
+
+
+def test_mixed_precision_warns_without_native_bfloat16(kb, tmp_path, capsys, monkeypatch):
+    import openbook.commands.train as train_command
+    from openbook.cli import main
+    from test_closed_book import save_tiny_models
+
+    monkeypatch.setattr(train_command, "bf16_hardware", lambda: False)
+    gen_dir, enc_dir, kb_dir = save_tiny_models(tmp_path)
+    data = tmp_path / "train.jsonl"
+    data.write_text("\n".join(json.dumps({"input": x, "target": y}) for x, y in EXAMPLES))
+    assert main(["train", "--train", str(data), "--kb", str(kb_dir), "--generator", str(gen_dir), "--encoder",
+                 str(enc_dir), "--k", "2", "--max-steps", "1", "--batch-size", "2", "--mixed-precision",
+                 "--out", str(tmp_path / "run")]) == 0
+    assert "no native bfloat16" in capsys.readouterr().err

@@ -41,17 +41,35 @@ def register(commands) -> None:
     p.add_argument("--lr-query-encoder", type=float, default=1e-5)
     p.add_argument("--learn-scale", action="store_true", help="also learn the retrieval score scale")
     p.add_argument("--label-smoothing", type=float, default=0.0)
-    p.add_argument("--max-target-length", type=int, default=32)
+    p.add_argument("--max-target-length", type=int, default=32, help="longest answer, in tokens (with EOS)")
+    p.add_argument("--max-context-length", type=_positive_int, metavar="N",
+                   help="longest generator input (question + passage), in tokens; longer passages are cut "
+                        "(default: the generator's own, 300 for seq2seq as in transformers' RAG, 384 for causal LMs)")
     p.add_argument("--freeze-retriever", action="store_true", help="the 'Frozen' ablation: q(x) is not updated")
     p.add_argument("--retriever", choices=("dense", "bm25"), default="dense",
                    help="bm25: the paper's ablation, BM25 scores as the logits of p(z|x)")
-    p.add_argument("--mixed-precision", action="store_true", help="bfloat16 autocast (CPU)")
+    p.add_argument("--mixed-precision", action="store_true",
+                   help="bfloat16 autocast on the CPU (fast where it has AVX-512 BF16 or AMX; warned about elsewhere)")
     p.add_argument("--checkpoint-every", type=int, default=50)
     p.add_argument("--eval-every", type=int, default=0)
     p.add_argument("--dev-limit", type=int, default=200, help="dev questions evaluated (default: %(default)s)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--resume", action="store_true", help="continue the run in --out from its checkpoint")
     p.set_defaults(handler=run, subparser=p)
+
+
+def _positive_int(text: str) -> int:
+    from openbook.commands import positive_int
+
+    return positive_int(text)
+
+
+def bf16_hardware() -> bool:
+    """Whether this CPU computes bfloat16 natively (AVX-512 BF16 or AMX); elsewhere autocast emulates it."""
+    import torch
+
+    checks = [getattr(torch.cpu, name, None) for name in ("_is_avx512_bf16_supported", "_is_amx_tile_supported")]
+    return any(check() for check in checks if check is not None)
 
 
 def read_pairs(path: str, limit: int | None = None) -> list[tuple[str, str, list[str]]]:
@@ -134,15 +152,20 @@ def run(args: argparse.Namespace) -> int:
         evaluate = task_eval(*read_task_pairs(args.task, args.dev, limit=args.dev_limit), k=args.k)
     elif args.dev:
         evaluate = exact_match_eval(read_pairs(args.dev, limit=args.dev_limit), args.k)
+    if args.mixed_precision and not bf16_hardware():
+        print("openbook: warning: this CPU has no native bfloat16 (AVX-512 BF16 or AMX); --mixed-precision will "
+              "probably be slower than float32", file=sys.stderr)
     if args.model == "closed-book":
         rag = ClosedBook(load_generator(args.generator))
     else:
         rag = load_rag(model=args.model, kb=args.kb, generator=args.generator, encoder=args.encoder,
                        learn_scale=args.learn_scale, retriever=args.retriever)
+    if args.max_context_length:
+        rag.generator.max_context_length = args.max_context_length
     write_run_spec(args.out, model=args.model, generator=args.generator, encoder=args.encoder, kb=args.kb,
                    retriever=args.retriever, k=args.k, learn_scale=args.learn_scale,
                    freeze_retriever=args.freeze_retriever or args.retriever == "bm25", train=_as_path(args.train),
-                   task=args.task)
+                   task=args.task, max_context_length=rag.generator.max_context_length)
     cfg = TrainConfig(
         k=args.k, epochs=args.epochs, max_steps=args.max_steps, batch_size=args.batch_size,
         grad_accumulation=args.grad_accumulation, lr_generator=args.lr_generator,

@@ -235,6 +235,8 @@ def load_run(run_dir: str | Path, kb=None, **overrides):
         model = load_rag(model=spec["model"], kb=knowledge, generator=spec["generator"], encoder=spec["encoder"],
                          k=int(spec.get("k", 5)), learn_scale=bool(spec.get("learn_scale", False)),
                          retriever=spec.get("retriever", "dense"))
+    if spec.get("max_context_length"):  # what the run was trained with
+        model.generator.max_context_length = int(spec["max_context_length"])
     try:
         model.load_state_dict(torch.load(weights, map_location="cpu", weights_only=True))
     except RuntimeError as exc:
