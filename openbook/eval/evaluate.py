@@ -308,7 +308,7 @@ def report_markdown(report: dict) -> str:
 
 
 def _write_atomic(path: Path, text: str) -> None:
-    from openbook.index.atomic import atomic_output
+    from openbook.atomic import atomic_output
 
     with atomic_output(path) as tmp:
         with open(tmp, "w", encoding="utf-8") as f:

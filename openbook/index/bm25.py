@@ -45,7 +45,7 @@ from typing import Any
 import numpy as np
 
 from openbook.errors import InputError
-from openbook.index.atomic import fsync_path, make_temp_dir_next_to, replace_dir
+from openbook.atomic import fsync_path, make_temp_dir_next_to, replace_dir
 from openbook.index.dense import check_exclude, check_k
 
 FORMAT_VERSION = 1

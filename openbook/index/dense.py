@@ -62,7 +62,7 @@ import faiss
 import numpy as np
 
 from openbook.errors import InputError
-from openbook.index.atomic import atomic_output
+from openbook.atomic import atomic_output
 
 INDEX_TYPES: dict[str, type["DenseIndex"]] = {}
 """Registered index kinds by canonical ``type_name``."""

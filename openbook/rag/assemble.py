@@ -15,6 +15,7 @@ from typing import Iterable
 
 import numpy as np
 
+from openbook.atomic import atomic_output
 from openbook.corpus import Passage, read_passages
 from openbook.data import demo_passages_path
 from openbook.errors import InputError
@@ -182,9 +183,8 @@ def write_run_spec(out_dir: str | Path, *, model: str, generator: str = "default
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     path = out / RUN_FILE
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(spec, indent=1, ensure_ascii=False) + "\n")
-    tmp.replace(path)
+    with atomic_output(path) as tmp:  # fsynced, then renamed: never a half-written run.json
+        tmp.write_text(json.dumps(spec, indent=1, ensure_ascii=False) + "\n")
     return path
 
 

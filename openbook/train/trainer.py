@@ -25,7 +25,7 @@ import torch
 from tqdm import tqdm
 
 from openbook.errors import InputError
-from openbook.index.atomic import make_temp_dir_next_to, replace_dir
+from openbook.atomic import make_temp_dir_next_to, replace_dir
 
 CHECKPOINT = "checkpoint"
 
