@@ -4,6 +4,8 @@ Every error names the input that is wrong and what is wrong with it, so that the
 it as one line instead of a traceback from deep inside a library.
 """
 
+import numbers
+
 
 class OpenbookError(Exception):
     """Base class: a problem with what the user gave us (not a bug in openbook)."""
@@ -19,3 +21,12 @@ class ModelLoadError(OpenbookError):
 
 class KnowledgeBaseError(OpenbookError):
     """A knowledge-base directory that is missing, incomplete, or built with another encoder."""
+
+
+def positive_int(value, name: str) -> int:
+    """``value`` as an int if it is a whole number of at least 1 (numpy integers included, bools not);
+    otherwise :class:`InputError` naming ``name``. The one library-level check of counts and sizes (the
+    command line's argparse type is :func:`openbook.commands.positive_int`)."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
+        raise InputError(f"{name} must be a positive integer, got {value!r}")
+    return int(value)

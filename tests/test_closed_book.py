@@ -182,7 +182,7 @@ def test_load_run_rebuilds_the_trained_model(tmp_path, model):
         fresh = ClosedBook(Seq2SeqGenerator(*_load_seq2seq(gen_dir)))
     else:
         fresh = load_rag(model=model, kb=str(kb_dir), generator=str(gen_dir), encoder=str(enc_dir), k=2)
-        assert loaded.retriever == "dense" and loaded.k == 2 and loaded.log_scale.requires_grad
+        assert loaded.retriever.name == "dense" and loaded.k == 2 and loaded.log_scale.requires_grad
     with torch.no_grad():
         loss = float(loaded.loss(QUESTIONS, ANSWERS))
         assert loss != pytest.approx(float(fresh.loss(QUESTIONS, ANSWERS)))

@@ -6,15 +6,14 @@ also normalises runs of whitespace and newlines.
 """
 
 from openbook.corpus.passages import Passage
-from openbook.errors import InputError
+from openbook.errors import positive_int
 
 DEFAULT_MAX_WORDS = 100
 
 
 def check_max_words(max_words: int) -> None:
     """Raise InputError unless ``max_words`` is a positive integer."""
-    if isinstance(max_words, bool) or not isinstance(max_words, int) or max_words < 1:
-        raise InputError(f"max_words must be a positive integer, got {max_words!r}")
+    positive_int(max_words, "max_words")
 
 
 def split_words(text: str, max_words: int = DEFAULT_MAX_WORDS) -> list[str]:

@@ -27,7 +27,7 @@ def run_ablation(runs: dict[str, str], settings: EvalSettings, out_dir: str | Pa
         def measure(rag, name=name):
             report = evaluate_model(rag, task, examples, settings, out_dir, name)
             hits = answer_hits(rag, examples, RECALL_K, settings.batch_size)
-            return report, answer_recall(hits, [RECALL_K])[RECALL_K], rag.model_type, rag.retriever
+            return report, answer_recall(hits, [RECALL_K])[RECALL_K], rag.model_type, rag.retriever.name
 
         report, recall, kind, retriever = with_model(runs[name], model, settings, measure,
                                                      retriever="bm25" if name == "bm25" else None)

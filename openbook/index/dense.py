@@ -61,7 +61,7 @@ from typing import Any, ClassVar, Self
 import faiss
 import numpy as np
 
-from openbook.errors import InputError
+from openbook.errors import InputError, positive_int
 from openbook.atomic import atomic_output
 
 INDEX_TYPES: dict[str, type["DenseIndex"]] = {}
@@ -116,9 +116,7 @@ def as_float32_matrix(vectors, what: str, dim: int | None = None, allow_1d: bool
 
 def check_k(k) -> int:
     """Return ``k`` as an int if it is a positive integer, else raise InputError."""
-    if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1:
-        raise InputError(f"k (number of passages to retrieve) must be a positive integer, got {k!r}")
-    return int(k)
+    return positive_int(k, "k (number of passages to retrieve)")
 
 
 def check_exclude(exclude) -> np.ndarray | None:
@@ -136,9 +134,7 @@ def check_exclude(exclude) -> np.ndarray | None:
 
 
 def _positive_int(value, name: str, owner: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
-        raise InputError(f"{owner} index parameter {name} must be a positive integer, got {value!r}")
-    return int(value)
+    return positive_int(value, f"{owner} index parameter {name}")
 
 
 def _optional_positive_int(value, name: str, owner: str) -> int | None:
@@ -205,8 +201,7 @@ class DenseIndex:
         """
         if cls is DenseIndex or not cls.type_name:
             raise TypeError("DenseIndex is abstract: create a registered subclass, e.g. index_class('hnsw')")
-        if isinstance(dim, bool) or not isinstance(dim, (int, np.integer)) or dim < 1:
-            raise InputError(f"index dimension must be a positive integer, got {dim!r}")
+        dim = positive_int(dim, "index dimension")
         unknown = sorted(set(params) - set(cls.param_defaults))
         if unknown:
             takes = ", ".join(cls.param_defaults) if cls.param_defaults else "no parameters"

@@ -16,7 +16,7 @@ decoding is :func:`~openbook.rag.decoding.rag_token_decode` over one row per que
 from __future__ import annotations
 
 import copy
-from typing import Sequence
+from collections.abc import Sequence
 
 import torch
 from torch import nn
@@ -25,9 +25,9 @@ from openbook.errors import InputError
 from openbook.models.generators import Contexts, Generator
 from openbook.rag.decoding import beam_config_for, rag_token_decode
 from openbook.rag.marginal import rag_token_nll
-from openbook.rag.model import DECODINGS, Answer, check_questions
+from openbook.rag.model import Answer, check_decoding_options, check_questions
 
-__all__ = ["ClosedBook", "CLOSED_BOOK_CHAT_PROMPT", "CLOSED_BOOK_PLAIN_PROMPT"]
+__all__ = ["CLOSED_BOOK_CHAT_PROMPT", "CLOSED_BOOK_PLAIN_PROMPT", "ClosedBook"]
 
 #: The user message of a chat causal LM without a passage (the RAG prompt minus the passage).
 CLOSED_BOOK_CHAT_PROMPT = "Question: {question}\nAnswer in a few words."
@@ -123,16 +123,7 @@ class ClosedBook(nn.Module):
         """Answer each question from the generator's parameters alone: greedy (``num_beams=1``) or beam
         search, options as in :meth:`RAG.ask`; ``k`` and ``decoding`` (a RAG-Sequence option) are accepted
         and ignored. The answers have no passages; ``n_best > 1`` fills ``alternatives``."""
-        positive = lambda n: not isinstance(n, bool) and isinstance(n, int) and n >= 1  # noqa: E731
-        for ok, problem in (
-            (decoding in DECODINGS, f"decoding must be one of {', '.join(DECODINGS)}, not {decoding!r}"),
-            (positive(num_beams), f"num_beams must be a positive integer, got {num_beams!r}"),
-            (positive(max_new_tokens), f"max_new_tokens must be at least 1, got {max_new_tokens}"),
-            (positive(n_best) and n_best <= num_beams,
-             f"n_best must be between 1 and the number of beams ({num_beams}), got {n_best}"),
-        ):
-            if not ok:
-                raise InputError(problem)
+        check_decoding_options(decoding, num_beams, max_new_tokens, min_new_tokens, length_penalty, n_best)
         questions, memory = self._memory(questions)
         cfg = beam_config_for(self.generator, num_beams=num_beams, max_length=max_new_tokens + 1,
                               min_length=min_new_tokens + 1 if min_new_tokens else 0,

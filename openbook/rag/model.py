@@ -10,16 +10,22 @@ The knowledge base can be swapped in one call (``use_knowledge_base``) without r
 from __future__ import annotations
 
 import math
-import warnings
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Sequence
 
 import numpy as np
 import torch
 from torch import nn
 
-from openbook.errors import InputError
+from openbook.errors import InputError, positive_int
 from openbook.index import KnowledgeBase
+from openbook.index.retriever import (
+    RETRIEVERS,
+    Retriever,
+    check_k,
+    make_retriever,
+    retrieval_logprobs,
+)
 from openbook.models.encoders import Encoder, default_score_scale
 from openbook.models.generators import Generator
 from openbook.rag.decoding import beam_config_for, rag_sequence_decode, rag_token_decode
@@ -32,7 +38,6 @@ from openbook.rag.marginal import (
 )
 
 MODELS = ("rag-sequence", "rag-token")
-RETRIEVERS = ("dense", "bm25")
 DECODINGS = ("thorough", "fast")
 
 
@@ -93,6 +98,24 @@ def check_questions(questions: Sequence[str]) -> list[str]:
     return [q.strip() for q in questions]
 
 
+def check_decoding_options(decoding: str, num_beams: int, max_new_tokens: int, min_new_tokens: int,
+                           length_penalty: float, n_best: int) -> None:
+    """The decoding options of ``ask`` (RAG and closed-book), refused with one clear error each."""
+    if decoding not in DECODINGS:
+        raise InputError(f"decoding must be one of {', '.join(DECODINGS)}, not {decoding!r}")
+    positive_int(num_beams, "num_beams")
+    positive_int(max_new_tokens, "max_new_tokens")
+    if min_new_tokens != 0:
+        positive_int(min_new_tokens, "min_new_tokens")
+    if min_new_tokens > max_new_tokens:
+        raise InputError(f"min_new_tokens ({min_new_tokens}) must not exceed max_new_tokens ({max_new_tokens})")
+    if isinstance(length_penalty, bool) or not isinstance(length_penalty, (int, float)) or not math.isfinite(
+            length_penalty):
+        raise InputError(f"length_penalty must be a finite number, got {length_penalty!r}")
+    if not 1 <= positive_int(n_best, "n_best") <= num_beams:
+        raise InputError(f"n_best must be between 1 and the number of beams ({num_beams}), got {n_best}")
+
+
 class RAG(nn.Module):
     """Retrieval-Augmented Generation with a swappable non-parametric memory.
 
@@ -101,10 +124,13 @@ class RAG(nn.Module):
         generator: a :class:`~openbook.models.generators.Generator` (seq2seq or causal LM).
         kb: the knowledge base (document vectors d(z), passages, MIPS index), frozen.
         model: ``"rag-sequence"`` or ``"rag-token"``.
-        k: documents retrieved per input (paper: 5 or 10 in training).
+        k: documents retrieved per input (paper: 5 or 10 in training; at most
+            :data:`~openbook.index.retriever.MAX_K`, clamped to the knowledge base when retrieving).
         score_scale: multiplies d(z)^T q(x) before the softmax. DPR's unnormalised vectors use 1; with
             L2-normalised encoders (cosine scores in [-1, 1]) p(z|x) is nearly uniform, so the default
             there is 20. ``learn_scale=True`` makes it a trained parameter (stored as a log).
+        retriever: ``"dense"`` (MIPS with q(x), the paper's), ``"bm25"`` (the Table-6 ablation),
+            ``"hybrid"``, or any :class:`~openbook.index.retriever.Retriever` over ``kb``.
     """
 
     def __init__(
@@ -116,7 +142,7 @@ class RAG(nn.Module):
         k: int = 5,
         score_scale: float | None = None,
         learn_scale: bool = False,
-        retriever: str = "dense",
+        retriever: str | Retriever = "dense",
     ):
         super().__init__()
         if model not in MODELS:
@@ -124,16 +150,17 @@ class RAG(nn.Module):
         self.query_encoder = query_encoder
         self.generator = generator
         self.model_type = model
-        self.k = k
+        self.k = check_k(k)
         if score_scale is None:
             score_scale = default_score_scale(query_encoder)
         self.log_scale = nn.Parameter(torch.tensor(math.log(score_scale)), requires_grad=learn_scale)
-        if retriever not in RETRIEVERS:
-            raise InputError(f"retriever must be one of {', '.join(RETRIEVERS)}, not {retriever!r}")
-        self.retriever = retriever
-        self._bm25 = None  # (BM25Index, excluded rows), built on first use for the current knowledge base
-        self.kb = kb
         self._check_kb(kb)
+        self.kb = kb
+        if isinstance(retriever, str):
+            if retriever not in RETRIEVERS:
+                raise InputError(f"retriever must be one of {', '.join(RETRIEVERS)}, not {retriever!r}")
+            retriever = make_retriever(retriever, kb, encode=self._encode_questions)
+        self.retriever = retriever
 
     # ------------------------------------------------------------------------------ knowledge base
 
@@ -148,8 +175,18 @@ class RAG(nn.Module):
     def use_knowledge_base(self, kb: KnowledgeBase) -> KnowledgeBase:
         """Hot-swap the non-parametric memory (no model reload); returns the previous one."""
         self._check_kb(kb)
-        previous, self.kb, self._bm25 = self.kb, kb, None
+        self.retriever.use_knowledge_base(kb)
+        previous, self.kb = self.kb, kb
         return previous
+
+    @classmethod
+    def load(cls, model: str | None = None, kb=None, generator: str = "default", encoder: str | None = None,
+             **options) -> RAG:
+        """A RAG model from names (:func:`openbook.rag.assemble.load_rag`; imported here, not at module level,
+        because the loader sits above this module)."""
+        from openbook.rag.assemble import load_rag
+
+        return load_rag(model=model, kb=kb, generator=generator, encoder=encoder, **options)
 
     @property
     def score_scale(self) -> torch.Tensor:
@@ -157,42 +194,20 @@ class RAG(nn.Module):
 
     # ------------------------------------------------------------------------------ retrieval
 
+    def _encode_questions(self, questions: list[str]) -> torch.Tensor:
+        return self.query_encoder(questions)  # (B, d), with gradients when training
+
     def retrieve(self, questions: Sequence[str], k: int | None = None) -> Retrieval:
-        """Top-k passages by MIPS, with scores and p(z|x) differentiable w.r.t. the query encoder."""
+        """Top-k passages from the retriever, with p(z|x) (differentiable w.r.t. the query encoder for dense).
+
+        ``k`` (default: the model's) is checked and clamped to the knowledge base by the retriever."""
         questions = check_questions(questions)
-        k = self._check_k(k)
-        if self.retriever == "bm25":
-            return self._retrieve_bm25(questions, k)
-        q = self.query_encoder(questions)  # (B, d)
-        _, ids = self.kb.search(q.detach().float().cpu().numpy(), k)
-        if (ids < 0).any():  # fewer live passages than k (e.g. after deletions)
-            raise InputError(f"the knowledge base {self.kb.path} returned fewer than k={k} passages; lower k")
-        doc_vectors = torch.from_numpy(np.ascontiguousarray(self.kb.embeddings[ids])).to(q)  # (B, K, d)
-        scores = torch.einsum("bkd,bd->bk", doc_vectors, q)
-        doc_logprobs = torch.log_softmax(scores.float() * self.score_scale, dim=-1)
-        return Retrieval(self.kb.passages(ids), ids, scores, doc_logprobs)
-
-    def _retrieve_bm25(self, questions: list[str], k: int) -> Retrieval:
-        """The paper's BM25 ablation: a fixed BM25 retriever whose scores are the logits of p(z|x)."""
-        if self._bm25 is None:
-            from openbook.index.bm25 import knowledge_base_bm25
-
-            self._bm25 = knowledge_base_bm25(self.kb, progress=True)
-        index, exclude = self._bm25
-        scores_np, ids = index.search(questions, k, exclude=exclude)
-        if (ids < 0).any():
-            raise InputError(f"BM25 found fewer than k={k} passages in {self.kb.path}; lower k")
-        scores = torch.from_numpy(np.ascontiguousarray(scores_np)).float()
-        return Retrieval(self.kb.passages(ids), ids, scores, torch.log_softmax(scores, dim=-1))
-
-    def _check_k(self, k: int | None) -> int:
-        k = self.k if k is None else k
-        if isinstance(k, bool) or not isinstance(k, int) or k < 1:
-            raise InputError(f"k must be a positive integer, got {k!r}")
-        if k > len(self.kb):
-            warnings.warn(f"k={k} is larger than the knowledge base ({len(self.kb)} passages); using k={len(self.kb)}")
-            k = len(self.kb)
-        return k
+        hits = self.retriever.retrieve(questions, self.k if k is None else k)
+        scores = hits.scores
+        if not isinstance(scores, torch.Tensor):
+            scores = torch.from_numpy(np.ascontiguousarray(scores, dtype=np.float32))
+        doc_logprobs = retrieval_logprobs(scores, self.score_scale if self.retriever.scaled else 1.0)
+        return Retrieval(hits.passages, hits.ids, scores, doc_logprobs)
 
     # ------------------------------------------------------------------------------ training
 
@@ -233,18 +248,10 @@ class RAG(nn.Module):
         document posteriors. RAG-Sequence uses Thorough or Fast decoding (``decoding``). ``num_beams=1``
         is greedy search; ``n_best > 1`` also returns the next-best hypotheses as ``alternatives``;
         ``length_penalty``, ``min_new_tokens`` and ``early_stopping`` mean what they mean in transformers."""
-        if decoding not in DECODINGS:
-            raise InputError(f"decoding must be one of {', '.join(DECODINGS)}, not {decoding!r}")
-        if isinstance(num_beams, bool) or not isinstance(num_beams, int) or num_beams < 1:
-            raise InputError(f"num_beams must be a positive integer, got {num_beams!r}")
-        if max_new_tokens < 1:
-            raise InputError(f"max_new_tokens must be at least 1, got {max_new_tokens}")
+        check_decoding_options(decoding, num_beams, max_new_tokens, min_new_tokens, length_penalty, n_best)
         questions = check_questions(questions)
         retrieval = self.retrieve(questions, k)
-        B, K = retrieval.doc_logprobs.shape
         memory = self.generator.encode(self.generator.contexts(questions, retrieval.passages))
-        if not 1 <= n_best <= num_beams:
-            raise InputError(f"n_best must be between 1 and the number of beams ({num_beams}), got {n_best}")
         cfg = beam_config_for(self.generator, num_beams=num_beams, max_length=max_new_tokens + 1,
                               min_length=min_new_tokens + 1 if min_new_tokens else 0,
                               length_penalty=length_penalty, num_return_sequences=n_best,
@@ -340,12 +347,3 @@ class RAG(nn.Module):
             ))
         return answers
 
-
-def _load(cls, model: str | None = None, kb=None, generator: str = "default", encoder: str = "default", **kw):
-    """``RAG.load``: build a model from names (see :func:`openbook.rag.assemble.load_rag`)."""
-    from openbook.rag.assemble import load_rag
-
-    return load_rag(model=model, kb=kb, generator=generator, encoder=encoder, **kw)
-
-
-RAG.load = classmethod(_load)

@@ -1,0 +1,200 @@
+"""The one retrieval seam: ``Retriever.retrieve(questions, k) -> Hits(scores, ids, passages)``.
+
+Every caller that needs passages for questions goes through a :class:`Retriever`: the RAG model (and so
+``openbook ask``, training and evaluation), ``openbook retrieve`` and ``openbook eval retrieval``. As in
+ParlAI's one abstract retriever and DPR's small index classes, a retriever only answers "the top k rows of
+the knowledge base for these questions, with their scores"; what the scores mean for p(z|x) is
+:func:`retrieval_logprobs`, the one function computing the retriever's distribution.
+
+* :class:`DenseRetriever` -- MIPS over the knowledge base's index with the query encoder q(x) it holds.
+  When q(x) is a torch tensor that requires grad, the scores d(z)^T q(x) of the k rows found are
+  recomputed in torch from the stored document vectors, so p(z|x) is differentiable with respect to the
+  query encoder (the documents and the index stay frozen, paper section 2.4).
+* :class:`BM25Retriever` -- the paper's Table-6 ablation: a fixed BM25 system whose scores are the
+  logits of p(z|x) (``scaled = False``: the RAG score scale does not apply).
+* :class:`HybridRetriever` -- reciprocal rank fusion of the dense and BM25 top ``depth``; the fused
+  scores (sums of 1/(60 + rank)) are the logits.
+
+``k`` is checked once, here (:func:`check_k`): a positive integer of at most :data:`MAX_K`, clamped to the
+number of live passages with a warning. A sharded or remote retriever is a new subclass implementing
+:meth:`Retriever.search` (and ``num_passages``); callers do not change.
+"""
+
+from __future__ import annotations
+
+import warnings
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from openbook.errors import InputError, KnowledgeBaseError, positive_int
+
+#: The largest k any command or model accepts: the paper's test-time sweep goes to 50 documents and
+#: DPR reports recall@100. Larger k costs memory and time (RAG-Sequence Thorough decoding scores
+#: k * beams hypotheses under each of the k passages) without being a setting anyone evaluates.
+MAX_K = 100
+RETRIEVERS = ("dense", "bm25", "hybrid")
+HYBRID_DEPTH = 100  # how deep each retriever's list is read for reciprocal rank fusion
+
+QueryEncoder = Callable[[list[str]], Any]  # questions -> (B, d) numpy array or torch tensor
+
+
+def check_k(k, available: int | None = None) -> int:
+    """``k`` as an int: a positive integer of at most :data:`MAX_K` (else :class:`InputError`), clamped to
+    ``available`` live passages with a warning."""
+    k = positive_int(k, "k (passages to retrieve)")
+    if k > MAX_K:
+        raise InputError(f"k (passages to retrieve) must be at most {MAX_K}, got {k}")
+    if available is not None and k > available:
+        if available < 1:
+            raise KnowledgeBaseError("the knowledge base has no passages to retrieve")
+        warnings.warn(f"k={k} is larger than the knowledge base ({available} passages); using k={available}",
+                      stacklevel=3)
+        k = available
+    return k
+
+
+def retrieval_logprobs(scores, scale=1.0):
+    """log p(z|x) = log_softmax(scale * scores) over the top k (the last axis), as a float32 torch tensor.
+
+    ``scores`` are a retriever's scores (a numpy array or a torch tensor; gradients flow through a tensor
+    and through a tensor ``scale``, e.g. RAG's learned score scale)."""
+    import torch
+
+    if not isinstance(scores, torch.Tensor):
+        scores = torch.from_numpy(np.ascontiguousarray(scores, dtype=np.float32))
+    return torch.log_softmax(scores.float() * scale, dim=-1)
+
+
+@dataclass
+class Hits:
+    """The top k of each question, best first: ``scores`` (B, K) (a torch tensor from a dense retriever
+    given a torch query encoder, else a float32 numpy array), ``ids`` (B, K) knowledge-base rows and
+    ``passages`` (B lists of K passages)."""
+
+    scores: Any
+    ids: np.ndarray
+    passages: list[list[Any]]
+
+
+class Retriever(ABC):
+    """Top-k passages of a knowledge base for questions (see module docs)."""
+
+    name = "retriever"
+    #: whether the model's score scale multiplies the scores before the softmax (dense inner products)
+    scaled = True
+
+    def __init__(self, kb):
+        self.kb = kb
+
+    @property
+    def num_passages(self) -> int:
+        """Live passages that can be retrieved (k is clamped to it)."""
+        return len(self.kb)
+
+    def use_knowledge_base(self, kb) -> None:
+        """Retrieve from ``kb`` from now on (drops anything built for the previous one)."""
+        self.kb = kb
+
+    def retrieve(self, questions: Sequence[str], k: int) -> Hits:
+        """The top ``k`` passages of each question (``k`` checked and clamped by :func:`check_k`)."""
+        if isinstance(questions, str):
+            questions = [questions]
+        questions = list(questions)
+        k = check_k(k, self.num_passages)
+        scores, ids = self.search(questions, k)
+        ids = np.asarray(ids)
+        if ids.shape != (len(questions), k) or (ids < 0).any():
+            raise KnowledgeBaseError(f"the {self.name} retriever found fewer than k={k} passages in "
+                                     f"{getattr(self.kb, 'path', 'the knowledge base')}; lower k")
+        return Hits(scores, ids, self.kb.passages(ids))
+
+    @abstractmethod
+    def search(self, questions: list[str], k: int) -> tuple[Any, np.ndarray]:
+        """``(scores (B, k), row ids (B, k))`` for a ``k`` already checked against the live passages."""
+
+
+class DenseRetriever(Retriever):
+    """MIPS over ``kb``'s index with the query encoder ``encode`` (questions -> (B, d) vectors)."""
+
+    name = "dense"
+
+    def __init__(self, kb, encode: QueryEncoder):
+        super().__init__(kb)
+        self.encode = encode
+
+    def search(self, questions: list[str], k: int):
+        q = self.encode(questions)
+        if not hasattr(q, "detach"):  # numpy vectors: the index's own scores
+            return self.kb.search(np.asarray(q, dtype=np.float32), k)
+        import torch
+
+        _, ids = self.kb.search(q.detach().float().cpu().numpy(), k)
+        doc_vectors = torch.from_numpy(np.ascontiguousarray(self.kb.embeddings[ids])).to(q)  # (B, K, d)
+        return torch.einsum("bkd,bd->bk", doc_vectors, q), ids
+
+
+class BM25Retriever(Retriever):
+    """BM25 over ``kb``'s passages (built on first use, cached in the knowledge base's ``bm25/`` folder)."""
+
+    name = "bm25"
+    scaled = False
+
+    def __init__(self, kb, progress: bool = True):
+        super().__init__(kb)
+        self.progress = progress
+        self._index = None  # (BM25Index, excluded rows) of the current knowledge base
+
+    def use_knowledge_base(self, kb) -> None:
+        super().use_knowledge_base(kb)
+        self._index = None
+
+    def search(self, questions: list[str], k: int):
+        if self._index is None:
+            from openbook.index.bm25 import knowledge_base_bm25
+
+            self._index = knowledge_base_bm25(self.kb, progress=self.progress)
+        index, exclude = self._index
+        return index.search(questions, k, exclude=exclude)
+
+
+class HybridRetriever(Retriever):
+    """Reciprocal rank fusion of the top ``depth`` (at least k) of ``retrievers`` (default: dense, BM25)."""
+
+    name = "hybrid"
+    scaled = False
+
+    def __init__(self, kb, retrievers: Sequence[Retriever], depth: int = HYBRID_DEPTH):
+        super().__init__(kb)
+        self.retrievers = list(retrievers)
+        self.depth = positive_int(depth, "hybrid depth")
+
+    def use_knowledge_base(self, kb) -> None:
+        super().use_knowledge_base(kb)
+        for retriever in self.retrievers:
+            retriever.use_knowledge_base(kb)
+
+    def search(self, questions: list[str], k: int):
+        from openbook.index.hybrid import reciprocal_rank_fusion
+
+        fetch = min(max(k, self.depth), self.num_passages)
+        lists = [np.asarray(retriever.search(questions, fetch)[1]) for retriever in self.retrievers]
+        return reciprocal_rank_fusion(lists, k)
+
+
+def make_retriever(name: str, kb, encode: QueryEncoder | None = None, progress: bool = True) -> Retriever:
+    """The retriever called ``name`` (one of :data:`RETRIEVERS`) over ``kb``; dense and hybrid need the
+    query encoder ``encode``."""
+    if name not in RETRIEVERS:
+        raise InputError(f"retriever must be one of {', '.join(RETRIEVERS)}, not {name!r}")
+    if name == "bm25":
+        return BM25Retriever(kb, progress=progress)
+    if encode is None:
+        raise InputError(f"the {name} retriever needs a query encoder")
+    dense = DenseRetriever(kb, encode)
+    if name == "dense":
+        return dense
+    return HybridRetriever(kb, [dense, BM25Retriever(kb, progress=progress)])
