@@ -1,6 +1,6 @@
 """The ``openbook`` command line, end to end, with a stub RAG model in place of the real one.
 
-The stub stands where ``openbook.cli._load_rag`` would build ``RAG.load(...)``: it records how it was
+The stub stands where ``openbook.commands.options.load_model`` would build the model: it records how it was
 loaded and every ``ask`` call, and answers deterministically, so these tests check what the CLI does
 (parsing, batching, output formats, error handling) without torch, a knowledge base or a generator.
 """
@@ -19,6 +19,8 @@ from pathlib import Path
 import pytest
 
 from openbook import cli
+from openbook.commands import ask as ask_command
+from openbook.commands import options
 from openbook.errors import InputError, KnowledgeBaseError, ModelLoadError
 
 REPO = Path(__file__).resolve().parents[1]
@@ -87,17 +89,17 @@ class StubRAG:
 
 @pytest.fixture
 def stub(monkeypatch):
-    """Install a StubRAG as what ``_load_rag`` returns; ``stub.loads`` records the load arguments."""
+    """Install a StubRAG as what ``options.load_model`` returns; ``stub.loads`` records the load arguments."""
     holder = types.SimpleNamespace(rag=None, loads=[], warn=None, load_error=None)
 
-    def fake_load(model, kb, generator, encoder):
-        holder.loads.append(dict(model=model, kb=kb, generator=generator, encoder=encoder))
+    def fake_load(args):
+        holder.loads.append(dict(model=args.model, kb=args.kb, generator=args.generator, encoder=args.encoder))
         if holder.load_error is not None:
             raise holder.load_error
-        holder.rag = StubRAG(model=model, warn=holder.warn)
+        holder.rag = StubRAG(model=args.model or "rag-sequence", warn=holder.warn)
         return holder.rag
 
-    monkeypatch.setattr(cli, "_load_rag", fake_load)
+    monkeypatch.setattr(options, "load_model", fake_load)
     return holder
 
 
@@ -133,7 +135,7 @@ def test_text_output_answer_then_ranked_passages(stub, capsys):
 def test_defaults_reach_the_rag_layer(stub, capsys):
     code, _, err = run(capsys, "ask", "q?")
     assert code == 0, err
-    assert stub.loads == [dict(model="rag-sequence", kb=None, generator="default", encoder="default")]
+    assert stub.loads == [dict(model=None, kb=None, generator="default", encoder=None)]
     assert stub.rag.calls == [(["q?"], dict(k=5, num_beams=4, decoding="thorough", max_new_tokens=32))]
 
 
@@ -165,12 +167,12 @@ def test_decoding_with_rag_token_warns_and_is_ignored(stub, capsys):
 
 
 def test_snippet_cuts_at_a_word_boundary():
-    assert cli.snippet("short  text\nhere") == "short text here"
-    cut = cli.snippet(LONG_TEXT)
-    assert len(cut) <= cli.SNIPPET_CHARS and cut.endswith("...")
+    assert ask_command.snippet("short  text\nhere") == "short text here"
+    cut = ask_command.snippet(LONG_TEXT)
+    assert len(cut) <= ask_command.SNIPPET_CHARS and cut.endswith("...")
     assert LONG_TEXT.startswith(cut[:-3])
     assert LONG_TEXT[len(cut) - 3] in " ,."  # ended on a word boundary
-    assert len(cli.snippet("x" * 500)) == cli.SNIPPET_CHARS
+    assert len(ask_command.snippet("x" * 500)) == ask_command.SNIPPET_CHARS
 
 
 # -- JSON ---------------------------------------------------------------------------------------------
@@ -387,18 +389,19 @@ def test_warning_display_is_restored_after_main(stub, capsys):
 # -- the real loader and the installed entry points ----------------------------------------------------
 
 
-def test_load_rag_calls_rag_load(monkeypatch):
+def test_load_model_passes_the_options_to_the_one_loader(monkeypatch):
     seen = {}
 
-    class FakeRAG:
-        @classmethod
-        def load(cls, **kwargs):
-            seen.update(kwargs)
-            return "loaded"
+    def fake_build(**kwargs):
+        seen.update(kwargs)
+        return "loaded"
 
-    monkeypatch.setitem(sys.modules, "openbook.rag", types.SimpleNamespace(RAG=FakeRAG))
-    assert cli._load_rag(model="rag-token", kb="kb", generator="g", encoder="e") == "loaded"
-    assert seen == dict(model="rag-token", kb="kb", generator="g", encoder="e")
+    monkeypatch.setitem(sys.modules, "openbook.rag.assemble", types.SimpleNamespace(load_model=fake_build))
+    monkeypatch.setattr(options, "quiet_libraries", lambda: None)
+    args = cli.build_parser().parse_args(["ask", "q?", "--model", "rag-token", "--kb", "kb", "--generator", "g",
+                                          "--encoder", "e", "--retriever", "bm25", "--k", "3"])
+    assert options.load_model(args) == "loaded"
+    assert seen == dict(model="rag-token", kb="kb", generator="g", encoder="e", run=None, retriever="bm25", k=3)
 
 
 def python(*args):
@@ -441,4 +444,6 @@ def test_ask_run_loads_the_trained_model(monkeypatch, capsys):
     monkeypatch.setattr(assemble, "load_run", fake_load_run)
     assert cli.main(["ask", "Who wrote it?", "--run", "runs/x"]) == 0
     assert cli.main(["ask", "Who wrote it?", "--run", "runs/x", "--model", "rag-sequence", "--kb", "kb2"]) == 0
-    assert calls == [("runs/x", None, {}), ("runs/x", "kb2", {"model": "rag-sequence"})]
+    given = [(run, kb, {key: value for key, value in overrides.items() if value is not None})
+             for run, kb, overrides in calls]
+    assert given == [("runs/x", None, {}), ("runs/x", "kb2", {"model": "rag-sequence"})]

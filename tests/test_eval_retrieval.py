@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import types
 import unicodedata
 import warnings
 
@@ -145,10 +146,11 @@ def test_evaluate_retrieval_reports_answer_and_gold_recall():
     other = Passage("b", "Other", "the ocean is large")
     calls = []
 
-    def fixed(qs, k):
+    def passages(qs, k):
         calls.append((list(qs), k))
         return [[other, paris], [paris, other]][: len(qs)] if qs == ["q1", "q2"] else [[other, paris]] * len(qs)
 
+    fixed = FixedRetriever(passages)
     report = evaluate_retrieval(questions, {"fixed": fixed}, ks=[2, 1])
     assert calls == [(["q1", "q2"], 2)]
     assert report["num_questions"] == 2 and report["num_with_gold"] == 1 and report["ks"] == [1, 2]
@@ -158,7 +160,19 @@ def test_evaluate_retrieval_reports_answer_and_gold_recall():
     report = evaluate_retrieval(questions, {"fixed": fixed}, ks=[1], batch_size=1)
     assert calls[-2:] == [(["q1"], 1), (["q2"], 1)]
     with pytest.raises(InputError, match="returned 1 results for 2"):
-        evaluate_retrieval(questions, {"bad": lambda qs, k: [[]]}, ks=[1])
+        evaluate_retrieval(questions, {"bad": FixedRetriever(lambda qs, k: [[]])}, ks=[1])
+
+
+class FixedRetriever:
+    """A retriever (the ``retrieve(questions, k) -> hits`` seam) whose passages come from ``passages``."""
+
+    num_passages = 1000
+
+    def __init__(self, passages):
+        self.passages = passages
+
+    def retrieve(self, questions, k):
+        return types.SimpleNamespace(passages=self.passages(questions, k))
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -198,11 +212,11 @@ def test_standard_retrievers_return_passages_and_cache_bm25(tiny, monkeypatch):
     _, encoder, kb = tiny
     retrievers = standard_retrievers(encoder, kb)
     assert list(retrievers) == ["dense", "bm25", "hybrid"]
-    for name, retrieve in retrievers.items():
-        results = retrieve(["capital of france", "largest ocean"], 3)
+    for name, retriever in retrievers.items():
+        results = retriever.retrieve(["capital of france", "largest ocean"], 3).passages
         assert len(results) == 2 and all(len(r) == 3 for r in results), name
         assert all(isinstance(p, Passage) for r in results for p in r)
-    assert [p.id for p in retrievers["bm25"](["capital of france"], 1)[0]] == ["p0"]
+    assert [p.id for p in retrievers["bm25"].retrieve(["capital of france"], 1).passages[0]] == ["p0"]
     assert (kb.path / "bm25" / "openbook-bm25.json").is_file()
 
     def no_build(*args, **kwargs):
@@ -241,11 +255,11 @@ def test_bm25_skips_deleted_and_replaced_rows_of_a_versioned_kb(tiny, tmp_path):
     index, exclude = knowledge_base_bm25(kb)
     assert len(index) == 7 and exclude.tolist() == [0, 5]  # p0 deleted; p5's old row replaced by row 6
     retrievers = standard_retrievers(encoder, kb)
-    for name, retrieve in retrievers.items():
-        (top,) = retrieve(["capital of france llamas"], 5)
+    for name, retriever in retrievers.items():
+        (top,) = retriever.retrieve(["capital of france llamas"], 5).passages
         assert len(top) == 5 and "p0" not in [p.id for p in top], name
         assert all("llamas" in p.text for p in top if p.id == "p5"), name
-    assert retrievers["bm25"](["llamas"], 1)[0][0].text.endswith("llamas")
+    assert retrievers["bm25"].retrieve(["llamas"], 1).passages[0][0].text.endswith("llamas")
 
 
 def test_bm25_recall_on_the_tiny_kb(tiny):

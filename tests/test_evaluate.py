@@ -14,6 +14,7 @@ from tokenizers import Tokenizer, models, pre_tokenizers
 from transformers import PreTrainedTokenizerFast
 
 from openbook import cli
+from openbook.commands import options
 from openbook.errors import InputError
 from openbook.eval import metrics
 from openbook.eval.evaluate import evaluate, predict, report_markdown, write_report
@@ -418,7 +419,7 @@ def test_cli_eval_task_errors_are_one_line_and_early(tmp_path, capsys, monkeypat
     def no_model(*args, **kwargs):
         raise AssertionError("the model must not be loaded before the data is read")
 
-    monkeypatch.setattr(cli, "_load_rag", no_model)
+    monkeypatch.setattr(options, "load_model", no_model)
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"question": "q", "answers": ["a"]}\n{"question": "q"}\n', encoding="utf-8")
     assert cli.main(["eval", "--task", "nq", "--data", str(bad)]) == 2
@@ -440,17 +441,17 @@ def test_cli_eval_task_errors_are_one_line_and_early(tmp_path, capsys, monkeypat
 def test_cli_eval_task_uses_the_stub_loader_and_default_out_dir(tmp_path, capsys, monkeypatch):
     loaded = []
 
-    def stub_loader(model, kb, generator, encoder):
-        loaded.append((model, kb, generator, encoder))
+    def stub_loader(args):
+        loaded.append((args.model, args.kb, args.generator, args.encoder))
         return StubModel()
 
-    monkeypatch.setattr(cli, "_load_rag", stub_loader)
+    monkeypatch.setattr(options, "load_model", stub_loader)
     monkeypatch.chdir(tmp_path)
     data = write_jsonl(tmp_path / "qa.jsonl", [{"input": "say paris", "target": "paris"}])
     assert cli.main(["eval", "--task", "qa", "--data", str(data), "--json"]) == 0
     summary = json.loads(capsys.readouterr().out)
     assert summary["metrics"]["exact_match"] == 1.0
-    assert loaded == [("rag-sequence", None, "default", "default")]
+    assert loaded == [(None, None, "default", None)]
     assert (tmp_path / "eval-qa" / "report.json").is_file() and (tmp_path / "eval-qa" / "report.md").is_file()
 
 

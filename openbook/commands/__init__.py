@@ -1,4 +1,7 @@
-"""Command groups of the `openbook` command line (one module per group, registered in openbook/cli.py)."""
+"""Command groups of the `openbook` command line (one module per group, registered in openbook/cli.py).
+
+Commands never import :mod:`openbook.cli` (the entry point imports them).
+"""
 
 import argparse
 
@@ -12,3 +15,8 @@ def positive_int(text: str) -> int:
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
     return value
+
+
+def one_line(text: str) -> str:
+    """``text`` with every run of whitespace (newlines included) as one space: messages print on one line."""
+    return " ".join(str(text).split())

@@ -16,7 +16,8 @@ import json
 import sys
 from pathlib import Path
 from typing import Any, TextIO
-from openbook.commands import positive_int
+
+from openbook.commands import options, positive_int
 
 DEFAULT_K_TEXT = "1,5,20,100"
 RETRIEVERS = ("dense", "bm25", "hybrid")
@@ -26,10 +27,6 @@ MATCH_MODES = ("dpr", "lenient")
 TASK_NAMES = (
     "nq", "webquestions", "curatedtrec", "qa", "abstractive", "jeopardy", "fever3", "fever2", "boolq", "boolq-passage",
 )
-MODELS = ("rag-sequence", "rag-token", "closed-book")
-DECODINGS = ("thorough", "fast")
-DEFAULT_BEAMS = 4
-DEFAULT_BATCH_SIZE = 8
 
 
 def _k_list(text: str) -> list[int]:
@@ -90,27 +87,8 @@ def register(subparsers) -> None:
     group.add_argument("--task", choices=TASK_NAMES, metavar="T", default=None,
                        help=f"the task: {', '.join(TASK_NAMES)}")
     group.add_argument("--data", metavar="FILE", help="the task's data file (its format: see below)")
-    group.add_argument("--kb", metavar="DIR", default=None,
-                       help="knowledge-base directory (default: the shipped demo knowledge base)")
-    group.add_argument("--model", choices=MODELS, default=None,
-                       help="rag-sequence (eq. 1), rag-token (eq. 2), or closed-book (the generator alone, no "
-                       "retrieval: the paper's baseline) (default: rag-sequence, or the --run's)")
-    group.add_argument("--generator", metavar="NAME_OR_PATH", default="default",
-                       help="generator p_theta (default: the offline default generator)")
-    group.add_argument("--encoder", metavar="NAME_OR_PATH", default="default",
-                       help="query encoder q(x); must match the knowledge base's (default: the offline encoder)")
-    group.add_argument("--run", metavar="DIR", default=None,
-                       help="evaluate the model trained by `openbook train --out DIR` instead of --generator/--encoder")
-    group.add_argument("--k", type=positive_int, metavar="K", default=None,
-                       help="passages retrieved per input (default: the model's, 5)")
-    group.add_argument("--beams", type=positive_int, metavar="N", default=DEFAULT_BEAMS,
-                       help="beam size for generation tasks (default: %(default)s; 1 is greedy)")
-    group.add_argument("--decoding", choices=DECODINGS, default="thorough",
-                       help="RAG-Sequence decoding (default: %(default)s)")
-    group.add_argument("--max-new-tokens", type=positive_int, metavar="N", default=None,
-                       help="longest generation, in generator tokens (default: the task's)")
-    group.add_argument("--batch-size", type=positive_int, metavar="N", default=DEFAULT_BATCH_SIZE,
-                       help="inputs per batch (default: %(default)s)")
+    options.add_options(group, "kb", "model", "generator", "encoder", "run", "retriever", "k", "beams", "decoding",
+                        "max-new-tokens", "batch-size", closed_book=True)
     group.add_argument("--limit", type=positive_int, metavar="N", default=None, help="evaluate the first N examples")
     group.add_argument("--out", metavar="DIR", default=None,
                        help="where report.json and report.md go (default: ./eval-TASK)")
@@ -138,15 +116,7 @@ def register(subparsers) -> None:
         ),
     )
     retrieval.add_argument("--questions", metavar="FILE", required=True, help="the question set (JSON Lines, .gz ok)")
-    retrieval.add_argument(
-        "--kb", metavar="DIR", default=None, help="knowledge-base directory (default: the shipped demo knowledge base)"
-    )
-    retrieval.add_argument(
-        "--encoder",
-        metavar="NAME_OR_PATH",
-        default="default",
-        help="query encoder q(x); must match the knowledge base's (default: the offline all-MiniLM-L6-v2)",
-    )
+    options.add_options(retrieval, "kb", "encoder")
     retrieval.add_argument(
         "--k", type=_k_list, default=_k_list(DEFAULT_K_TEXT), metavar="K,K,...",
         help=f"cut-offs for recall@k (default: {DEFAULT_K_TEXT})",
@@ -186,12 +156,13 @@ def _cmd_task(args: argparse.Namespace) -> int:
 
         raise InputError(f"--out {out}: exists and is not a directory")
 
-    model = _load_model(args)
+    model = options.load_model(args)
     from openbook.eval.evaluate import evaluate, write_report
 
     report = evaluate(
         model, task, examples, k=args.k, batch_size=args.batch_size, num_beams=args.beams,
-        max_new_tokens=args.max_new_tokens, decoding=args.decoding, progress=sys.stderr.isatty(),
+        max_new_tokens=args.max_new_tokens, decoding=args.decoding or options.DEFAULT_DECODING,
+        progress=sys.stderr.isatty(),
     )
     report["settings"] = {
         "data": str(args.data),
@@ -209,26 +180,6 @@ def _cmd_task(args: argparse.Namespace) -> int:
     else:
         print_metrics(summary, sys.stdout)
     return 0
-
-
-def _load_model(args: argparse.Namespace):
-    """The model to evaluate: a trained run (``--run``) or a RAG built from names (via ``cli._load_rag``)."""
-    from openbook import cli
-
-    if args.run is not None:
-        cli.quiet_libraries()
-        from openbook.rag.assemble import load_run
-
-        # --model re-reads the same trained weights as the other kind (RAG-Sequence <-> RAG-Token).
-        overrides = {"model": args.model} if args.model is not None else {}
-        return load_run(args.run, kb=args.kb, **overrides)
-    if args.model == "closed-book":
-        cli.quiet_libraries()
-        from openbook.rag.assemble import load_generator
-        from openbook.rag.closed_book import ClosedBook
-
-        return ClosedBook(load_generator(args.generator))
-    return cli._load_rag(args.model or "rag-sequence", args.kb, args.generator, args.encoder)
 
 
 def print_metrics(summary: dict[str, Any], out: TextIO) -> None:
@@ -249,17 +200,15 @@ def _cmd_retrieval(args: argparse.Namespace) -> int:
     # Read the questions before loading any model, so a wrong path fails in milliseconds.
     questions = read_nq_open(args.questions, limit=args.limit)
 
+    from openbook.commands import kb as kb_commands
     from openbook.eval.retrieval import evaluate_retrieval, standard_retrievers
-    from openbook.models import load_encoder
+    from openbook.index import KnowledgeBase
+    from openbook.rag.assemble import demo_knowledge_base, encoder_name
 
-    encoder = load_encoder(args.encoder)
+    encoder = kb_commands.load_encoder(encoder_name(args.encoder, args.kb))
     if args.kb is None:
-        from openbook.rag.assemble import demo_knowledge_base
-
         kb = demo_knowledge_base(encoder)
     else:
-        from openbook.index import KnowledgeBase
-
         kb = KnowledgeBase.load(args.kb, expected_encoder=encoder.info())
     retrievers = standard_retrievers(encoder, kb, args.retrievers, progress=True)
     report = evaluate_retrieval(

@@ -11,6 +11,8 @@ import json
 import sys
 from pathlib import Path
 
+from openbook.commands import options, positive_int
+
 
 def register(commands) -> None:
     p = commands.add_parser("experiments", help="run one of the paper's experiments and write a report")
@@ -30,10 +32,10 @@ def register(commands) -> None:
                     help="default: the run's own kind, else rag-sequence")
     hs.add_argument("--generator", default="default", help="generator name or path (without --run)")
     hs.add_argument("--encoder", default="default", help="encoder name or path (without --run)")
-    hs.add_argument("--k", type=int, default=5)
-    hs.add_argument("--beams", type=int, default=1)
-    hs.add_argument("--max-new-tokens", type=int, default=24)
-    hs.add_argument("--limit", type=int, help="first N changed offices only")
+    hs.add_argument("--k", type=positive_int, default=5)
+    hs.add_argument("--beams", type=positive_int, default=1)
+    hs.add_argument("--max-new-tokens", type=positive_int, default=24)
+    hs.add_argument("--limit", type=positive_int, help="first N changed offices only")
     hs.add_argument("--json", action="store_true", help="end with one JSON line of the four accuracies")
     hs.set_defaults(handler=run_hot_swap_command, subparser=hs)
     _register_paper_experiments(group)
@@ -44,8 +46,6 @@ RUN_HELP = "a run directory from `openbook train --out`, or 'default' (the untra
 
 def _experiment(group, name: str, help: str, description: str, handler, data: bool = True):
     """A subcommand with the options every evaluation experiment shares."""
-    from openbook.commands import positive_int
-
     p = group.add_parser(name, help=help, description=description + " Runs are directories written by "
                          "`openbook train --out` (their run.json and checkpoint), or 'default'.")
     if data:
@@ -67,8 +67,6 @@ def _experiment(group, name: str, help: str, description: str, handler, data: bo
 
 
 def _register_paper_experiments(group) -> None:
-    from openbook.commands import positive_int
-
     p = _experiment(group, "closed-book-vs-rag", "exact match of closed-book, RAG-Sequence, RAG-Token (Table 1)",
                     "Exact match of the generator alone and of RAG on the same dev questions (paper Table 1).",
                     _closed_book_vs_rag)
@@ -109,10 +107,9 @@ def _model_runs(p) -> None:
 
 
 def _settings(args: argparse.Namespace):
-    from openbook.cli import quiet_libraries
     from openbook.experiments.report import EvalSettings
 
-    quiet_libraries()
+    options.quiet_libraries()
     return EvalSettings(data=args.data, task=args.task, limit=args.limit, batch_size=args.batch_size,
                         beams=args.beams, max_new_tokens=args.max_new_tokens, decoding=args.decoding, kb=args.kb,
                         k=args.k)
@@ -154,10 +151,9 @@ def _k_sweep(args: argparse.Namespace) -> int:
 
 
 def _posterior(args: argparse.Namespace) -> int:
-    from openbook.cli import quiet_libraries
     from openbook.experiments.posterior import run_posterior
 
-    quiet_libraries()
+    options.quiet_libraries()
     return run_posterior(args.run, args.question, args.out, k=args.k, beams=args.beams,
                          max_new_tokens=args.max_new_tokens, kb=args.kb, as_json=args.json)
 
@@ -171,14 +167,12 @@ def _diversity(args: argparse.Namespace) -> int:
 
 
 def run_hot_swap_command(args: argparse.Namespace) -> int:
-    from openbook.cli import quiet_libraries
     from openbook.experiments.hot_swap import ERAS, run_hot_swap
     from openbook.experiments.report import bar_plot
     from openbook.models import load_encoder
-    from openbook.rag.assemble import build_knowledge_base, load_generator, load_run, read_run_spec
-    from openbook.rag.model import RAG
+    from openbook.rag.assemble import build_knowledge_base, load_model, read_run_spec
 
-    quiet_libraries()
+    options.quiet_libraries()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     if args.run:
@@ -193,14 +187,14 @@ def run_hot_swap_command(args: argparse.Namespace) -> int:
         encoder = load_encoder(spec["encoder"])
     else:
         encoder = load_encoder(args.encoder)
-    build = lambda passages, path: build_knowledge_base(passages, encoder, path, progress=False)  # noqa: E731
+    build = lambda passages, path: build_knowledge_base(passages, encoder, path, progress=False)
     probe = build(_probe_passage(), out / "kb-probe")  # the model starts on this; each era's index replaces it
     if args.run:  # the run's own knowledge base is never loaded
-        rag = load_run(args.run, kb=probe, model=args.model)
+        rag = load_model(run=args.run, kb=probe, model=args.model)
         model, generator = rag.model_type, str(Path(args.run).resolve())
     else:
         model, generator = args.model or "rag-sequence", args.generator
-        rag = RAG(encoder, load_generator(args.generator), probe, model=model, k=1)
+        rag = load_model(model=model, kb=probe, generator=args.generator, encoder=encoder, k=1)
     report = run_hot_swap(rag, args.leaders, out, build, limit=args.limit, k=args.k, num_beams=args.beams,
                           max_new_tokens=args.max_new_tokens)
     report.update(command=" ".join(sys.argv), model=model, generator=generator, run=args.run, eras=ERAS)

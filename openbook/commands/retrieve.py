@@ -1,8 +1,10 @@
 """``openbook retrieve "QUESTION"``: the retriever alone, no generator.
 
-Shows the top-k passages for a question with their ids, titles, inner-product scores d(z)^T q(x) and
-retriever probabilities p(z|x) = softmax(scale * scores) over the k, where scale is the RAG model's
-default (:func:`openbook.models.encoders.default_score_scale`: 20 for L2-normalised encoders, else 1).
+Shows the top-k passages for a question with their ids, titles, scores and retriever probabilities
+p(z|x) = softmax(scale * scores) over the k (:func:`openbook.index.retriever.retrieval_logprobs`). For
+the dense retriever the scores are d(z)^T q(x) and scale is the RAG model's default
+(:func:`openbook.models.encoders.default_score_scale`: 20 for L2-normalised encoders, else 1); for
+``--retriever bm25`` they are BM25 scores and for ``hybrid`` fused reciprocal-rank scores, with scale 1.
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ import argparse
 import json
 import sys
 
-from openbook.commands import positive_int
+from openbook.commands import options, positive_int
 
 
 def _demo_knowledge_base(encoder):
@@ -38,60 +40,47 @@ def register(subparsers) -> None:
         ),
     )
     retrieve.add_argument("question", metavar="QUESTION")
-    retrieve.add_argument("--kb", metavar="DIR", default=None,
-                          help="knowledge-base directory (default: the shipped demo knowledge base)")
-    retrieve.add_argument("--k", type=positive_int, default=5, help="passages to show (default: %(default)s)")
-    retrieve.add_argument("--encoder", metavar="NAME_OR_PATH", default=None,
-                          help="query encoder (default: the one the knowledge base was built with; for the "
-                               "demo knowledge base the offline all-MiniLM-L6-v2)")
+    options.add_options(retrieve, "kb", "k", "encoder", "retriever")
     retrieve.add_argument("--version", type=positive_int, default=None, metavar="N",
                           help="search this version of the knowledge base (default: its current version)")
     retrieve.add_argument("--json", action="store_true", help="print one JSON object")
     retrieve.set_defaults(handler=_cmd_retrieve)
 
 
-def retriever_probabilities(scores, scale: float):
-    """p(z|x) = softmax(scale * scores) over the last axis (numerically stable, float64)."""
-    import numpy as np
-
-    logits = np.asarray(scores, dtype=np.float64) * scale
-    logits -= logits.max(axis=-1, keepdims=True)
-    weights = np.exp(logits)
-    return weights / weights.sum(axis=-1, keepdims=True)
-
-
 def _cmd_retrieve(args: argparse.Namespace) -> int:
-    from openbook.cli import snippet
     from openbook.commands import kb as kb_commands
+    from openbook.commands.ask import snippet
     from openbook.errors import InputError
     from openbook.index import KnowledgeBase
-    from openbook.index.kb import read_manifest
+    from openbook.index.retriever import make_retriever, retrieval_logprobs
     from openbook.models.encoders import default_score_scale
+    from openbook.rag.assemble import encoder_name
 
     question = args.question.strip()
     if not question:
         raise InputError("the question is empty")
+    # A wrong --kb path fails here, reading the manifest, before any model is loaded.
+    encoder = kb_commands.load_encoder(encoder_name(args.encoder, args.kb))
     if args.kb is not None:
-        manifest = read_manifest(args.kb)  # a wrong path fails before any model is loaded
-        encoder = kb_commands.load_encoder(args.encoder or manifest["encoder"].get("name") or "default")
         kb = KnowledgeBase.load(args.kb, expected_encoder=encoder.info(), version=args.version)
     else:
-        encoder = kb_commands.load_encoder(args.encoder or "default")
         kb = _demo_knowledge_base(encoder)
         if args.version is not None:
             kb.reload(version=args.version)
-    scale = default_score_scale(encoder)
-    scores, rows = kb.search(encoder.encode_queries([question]), args.k)
-    probs = retriever_probabilities(scores[0], scale)
-    passages = kb.passages(rows[0])
+    name = args.retriever or "dense"
+    retriever = make_retriever(name, kb, encode=encoder.encode_queries)
+    hits = retriever.retrieve([question], args.k or options.DEFAULT_K)
+    scale = default_score_scale(encoder) if retriever.scaled else 1.0
+    scores, rows, passages = hits.scores[0], hits.ids[0], hits.passages[0]
+    probs = retrieval_logprobs(hits.scores, scale).exp()[0].tolist()
     results = [
         {"rank": rank, "row": int(row), "id": p.id, "title": p.title, "text": p.text,
          "score": float(score), "prob": float(prob)}
-        for rank, (row, p, score, prob) in enumerate(zip(rows[0], passages, scores[0], probs), start=1)
+        for rank, (row, p, score, prob) in enumerate(zip(rows, passages, scores, probs), start=1)
     ]
     if args.json:
         record = {"question": question, "kb": str(kb.path), "version": kb.version, "k": len(results),
-                  "score_scale": scale, "passages": results}
+                  "retriever": name, "score_scale": scale, "passages": results}
         print(json.dumps(record, ensure_ascii=False, indent=2))
         return 0
     where = args.kb if args.kb is not None else "the demo knowledge base"

@@ -7,6 +7,8 @@ import json
 import sys
 from pathlib import Path
 
+from openbook.commands import options, positive_int
+
 
 def register(commands) -> None:
     p = commands.add_parser(
@@ -21,47 +23,34 @@ def register(commands) -> None:
             "DIR/run.json, from which openbook.rag.assemble.load_run and `openbook experiments` rebuild the model."
         ),
     )
-    p.add_argument("--model", choices=("rag-sequence", "rag-token", "closed-book"), default="rag-sequence",
-                   help="closed-book: the generator alone, no retrieval (the paper's BART baseline)")
+    options.add_options(p, "model", "kb", "generator", "encoder", "retriever", "k", closed_book=True)
     p.add_argument("--train", required=True, metavar="FILE", help="training pairs (JSONL, .gz ok)")
     p.add_argument("--dev", metavar="FILE", help="dev set, scored with the task's metric (default: exact match)")
     p.add_argument("--task", metavar="T", help="read --train/--dev with this task's reader (see `openbook eval "
                    "--help`: nq, webquestions, curatedtrec, qa, abstractive, jeopardy, fever3, fever2, boolq, "
                    "boolq-passage) and score the dev set with its primary metric")
-    p.add_argument("--kb", metavar="DIR", help="knowledge base (default: the demo knowledge base)")
     p.add_argument("--out", required=True, metavar="DIR", help="run directory: checkpoint, report")
-    p.add_argument("--generator", default="default")
-    p.add_argument("--encoder", default="default")
-    p.add_argument("--k", type=int, default=5, help="documents per input (paper: 5 or 10)")
-    p.add_argument("--epochs", type=int, default=1)
-    p.add_argument("--max-steps", type=int, help="optimiser steps (overrides --epochs)")
-    p.add_argument("--batch-size", type=int, default=4)
-    p.add_argument("--grad-accumulation", type=int, default=1)
+    p.add_argument("--epochs", type=positive_int, default=1)
+    p.add_argument("--max-steps", type=positive_int, help="optimiser steps (overrides --epochs)")
+    p.add_argument("--batch-size", type=positive_int, default=4)
+    p.add_argument("--grad-accumulation", type=positive_int, default=1)
     p.add_argument("--lr-generator", type=float, default=3e-5)
     p.add_argument("--lr-query-encoder", type=float, default=1e-5)
     p.add_argument("--learn-scale", action="store_true", help="also learn the retrieval score scale")
     p.add_argument("--label-smoothing", type=float, default=0.0)
-    p.add_argument("--max-target-length", type=int, default=32, help="longest answer, in tokens (with EOS)")
-    p.add_argument("--max-context-length", type=_positive_int, metavar="N",
+    p.add_argument("--max-target-length", type=positive_int, default=32, help="longest answer, in tokens (with EOS)")
+    p.add_argument("--max-context-length", type=positive_int, metavar="N",
                    help="longest generator input (question + passage), in tokens; longer passages are cut "
                         "(default: the generator's own, 300 for seq2seq as in transformers' RAG, 384 for causal LMs)")
     p.add_argument("--freeze-retriever", action="store_true", help="the 'Frozen' ablation: q(x) is not updated")
-    p.add_argument("--retriever", choices=("dense", "bm25"), default="dense",
-                   help="bm25: the paper's ablation, BM25 scores as the logits of p(z|x)")
     p.add_argument("--mixed-precision", action="store_true",
                    help="bfloat16 autocast on the CPU (fast where it has AVX-512 BF16 or AMX; warned about elsewhere)")
-    p.add_argument("--checkpoint-every", type=int, default=50)
+    p.add_argument("--checkpoint-every", type=positive_int, default=50)
     p.add_argument("--eval-every", type=int, default=0)
-    p.add_argument("--dev-limit", type=int, default=200, help="dev questions evaluated (default: %(default)s)")
+    p.add_argument("--dev-limit", type=positive_int, default=200, help="dev questions evaluated (default: %(default)s)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--resume", action="store_true", help="continue the run in --out from its checkpoint")
     p.set_defaults(handler=run, subparser=p)
-
-
-def _positive_int(text: str) -> int:
-    from openbook.commands import positive_int
-
-    return positive_int(text)
 
 
 def bf16_hardware() -> bool:
@@ -136,12 +125,13 @@ def _as_path(path: str) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    from openbook.cli import quiet_libraries
-    from openbook.rag.assemble import load_generator, load_rag, write_run_spec
-    from openbook.rag.closed_book import ClosedBook
+    from openbook.rag.assemble import encoder_name, write_run_spec
     from openbook.train import TrainConfig, train
 
-    quiet_libraries()
+    args.model = args.model or "rag-sequence"
+    args.k = args.k or options.DEFAULT_K
+    args.retriever = args.retriever or "dense"
+    frozen = args.freeze_retriever or args.retriever != "dense"  # BM25 and hybrid scores have no q(x) to train
     if args.task:
         _, train_examples = read_task_pairs(args.task, args.train)
         pairs = [ex.to_pair() for ex in train_examples]
@@ -155,22 +145,18 @@ def run(args: argparse.Namespace) -> int:
     if args.mixed_precision and not bf16_hardware():
         print("openbook: warning: this CPU has no native bfloat16 (AVX-512 BF16 or AMX); --mixed-precision will "
               "probably be slower than float32", file=sys.stderr)
-    if args.model == "closed-book":
-        rag = ClosedBook(load_generator(args.generator))
-    else:
-        rag = load_rag(model=args.model, kb=args.kb, generator=args.generator, encoder=args.encoder,
-                       learn_scale=args.learn_scale, retriever=args.retriever)
+    rag = options.load_model(args, learn_scale=args.learn_scale)
     if args.max_context_length:
         rag.generator.max_context_length = args.max_context_length
-    write_run_spec(args.out, model=args.model, generator=args.generator, encoder=args.encoder, kb=args.kb,
-                   retriever=args.retriever, k=args.k, learn_scale=args.learn_scale,
-                   freeze_retriever=args.freeze_retriever or args.retriever == "bm25", train=_as_path(args.train),
+    write_run_spec(args.out, model=args.model, generator=args.generator, encoder=encoder_name(args.encoder, args.kb),
+                   kb=args.kb, retriever=args.retriever, k=args.k, learn_scale=args.learn_scale,
+                   freeze_retriever=frozen, train=_as_path(args.train),
                    task=args.task, max_context_length=rag.generator.max_context_length)
     cfg = TrainConfig(
         k=args.k, epochs=args.epochs, max_steps=args.max_steps, batch_size=args.batch_size,
         grad_accumulation=args.grad_accumulation, lr_generator=args.lr_generator,
         lr_query_encoder=args.lr_query_encoder, label_smoothing=args.label_smoothing,
-        max_target_length=args.max_target_length, freeze_retriever=args.freeze_retriever or args.retriever == "bm25", seed=args.seed,
+        max_target_length=args.max_target_length, freeze_retriever=frozen, seed=args.seed,
         checkpoint_every=args.checkpoint_every, eval_every=args.eval_every, mixed_precision=args.mixed_precision,
     )
     state = train(rag, pairs, cfg, args.out, resume=args.resume, evaluate=evaluate)

@@ -21,9 +21,10 @@ Metrics (pure functions):
   whole gold text.
 * :func:`recall_at_k` -- the fraction of questions with at least one hit in the top k.
 
-:func:`evaluate_retrieval` runs retrievers -- callables ``(questions, k) -> [[Passage, ...], ...]`` --
-over questions in batches and reports recall@k of answers and of gold passages for each. The standard
-retrievers over a knowledge base (dense, BM25, hybrid) come from :func:`standard_retrievers`.
+:func:`evaluate_retrieval` runs retrievers -- :class:`openbook.index.retriever.Retriever` objects, the
+one retrieval seam that the RAG model also uses -- over questions in batches and reports recall@k of
+answers and of gold passages for each. The standard retrievers over a knowledge base (dense, BM25,
+hybrid) come from :func:`standard_retrievers`.
 """
 
 from __future__ import annotations
@@ -31,21 +32,22 @@ from __future__ import annotations
 import sys
 import time
 import unicodedata
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
 import regex
 
-from openbook.errors import InputError
-from openbook.index.bm25 import BM25Index, knowledge_base_bm25
+from openbook.errors import InputError, positive_int
+from openbook.index.bm25 import knowledge_base_bm25
 from openbook.index.dense import check_k
-from openbook.index.hybrid import DEFAULT_C, reciprocal_rank_fusion
+from openbook.index.retriever import HYBRID_DEPTH, RETRIEVERS, Retriever, make_retriever
 
 DEFAULT_KS = (1, 5, 20, 100)
 MATCH_MODES = ("dpr", "lenient")
-RETRIEVER_NAMES = ("dense", "bm25", "hybrid")
-HYBRID_DEPTH = 100
+RETRIEVER_NAMES = RETRIEVERS
+__all__ = ["HYBRID_DEPTH", "answer_in_passage", "evaluate_retrieval", "gold_match", "knowledge_base_bm25",
+           "recall_at_k", "standard_retrievers"]
 
 # DPR's SimpleTokenizer: alphanumeric runs (with combining marks), or any single non-space character.
 _DPR_TOKEN = regex.compile(
@@ -53,8 +55,6 @@ _DPR_TOKEN = regex.compile(
 )
 _WHITESPACE = regex.compile(r"\s+")
 
-Ranker = Callable[[list[str], int], tuple[np.ndarray, np.ndarray]]
-Retriever = Callable[[list[str], int], list[list[Any]]]
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -188,8 +188,9 @@ def evaluate_retrieval(
     """Recall@k of answers and of gold passages for each retriever.
 
     ``questions``: records ``{"question", "answers", "gold"}`` (see :mod:`openbook.eval.datasets`; ``gold``
-    may be missing or None). Each retriever is called on batches of ``batch_size`` question strings with
-    ``k = max(ks)`` and must return one list of passages (``.title``, ``.text``) per question, best first.
+    may be missing or None). Each retriever's ``retrieve`` is called on batches of ``batch_size`` question
+    strings with ``k = max(ks)`` (at most its ``num_passages``: recall@k for a larger k counts every
+    passage) and must return one list of passages (``.title``, ``.text``) per question, best first.
 
     Returns ``{"num_questions", "num_with_gold", "ks", "match", "retrievers": {name: {"answer_recall":
     {k: fraction}, "gold_recall": {k: fraction} | None, "seconds"}}}``; gold recall is over the
@@ -199,8 +200,7 @@ def evaluate_retrieval(
     ks = check_ks(ks)
     if not retrievers:
         raise InputError("no retrievers to evaluate")
-    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-        raise InputError(f"batch_size must be a positive integer, got {batch_size!r}")
+    positive_int(batch_size, "batch_size")
     matcher = _Matcher(mode)
     depth = ks[-1]
     texts = [record["question"].strip() for record in questions]
@@ -220,10 +220,11 @@ def evaluate_retrieval(
         answer_hits = np.zeros((len(questions), depth), dtype=bool)
         gold_hits = np.zeros((len(questions), depth), dtype=bool)
         seconds = 0.0
+        fetch = min(depth, getattr(retriever, "num_passages", depth))
         for start in _progress(range(0, len(questions), batch_size), name, len(questions), batch_size, progress):
             batch = texts[start : start + batch_size]
             began = time.perf_counter()
-            results = list(retriever(batch, depth))
+            results = list(retriever.retrieve(batch, fetch).passages)
             seconds += time.perf_counter() - began
             if len(results) != len(batch):
                 raise InputError(f"retriever {name!r} returned {len(results)} results for {len(batch)} questions")
@@ -256,64 +257,20 @@ def _progress(batches: range, name: str, total: int, batch_size: int, enabled: b
 # retrievers over a knowledge base
 
 
-def dense_ranker(encoder, kb, batch_size: int = 64) -> Ranker:
-    """Top-k by d(z)^T q(x): the query encoder ``encoder`` (an openbook Encoder) and ``kb.search``."""
-
-    def rank(questions: list[str], k: int) -> tuple[np.ndarray, np.ndarray]:
-        vectors = encoder.encode_queries(list(questions), batch_size=batch_size)
-        return kb.search(vectors, min(check_k(k), len(kb)))
-
-    return rank
-
-
-def bm25_ranker(index: BM25Index, exclude=None) -> Ranker:
-    """Top-k by BM25 score from ``index`` (whose rows are the knowledge base's rows)."""
-
-    def rank(questions: list[str], k: int) -> tuple[np.ndarray, np.ndarray]:
-        return index.search(list(questions), k, exclude=exclude)
-
-    return rank
-
-
-def hybrid_ranker(
-    rankers: Sequence[Ranker], depth: int = HYBRID_DEPTH, c: float = DEFAULT_C, weights=None
-) -> Ranker:
-    """Reciprocal rank fusion of the top-``depth`` (at least k) of each ranker; scores are RRF scores."""
-
-    def rank(questions: list[str], k: int) -> tuple[np.ndarray, np.ndarray]:
-        fetch = max(check_k(k), depth)
-        lists = [ranker(questions, fetch)[1] for ranker in rankers]
-        return reciprocal_rank_fusion(lists, k, c=c, weights=weights)
-
-    return rank
-
-
-def passage_retriever(ranker: Ranker, kb) -> Retriever:
-    """Turn a ranker's row ids into passages of ``kb`` (id ``-1``, "no result", is dropped)."""
-
-    def retrieve(questions: list[str], k: int) -> list[list[Any]]:
-        _, ids = ranker(questions, k)
-        return [kb.passages(row[row >= 0]) for row in np.asarray(ids)]
-
-    return retrieve
-
-
 def standard_retrievers(
     encoder, kb, names: Sequence[str] = RETRIEVER_NAMES, depth: int = HYBRID_DEPTH, progress: bool = False
 ) -> dict[str, Retriever]:
     """``{"dense", "bm25", "hybrid"}`` retrievers over ``kb`` (any subset, in the order of ``names``).
 
-    dense: ``encoder`` + ``kb.search``; bm25: :func:`knowledge_base_bm25`; hybrid: reciprocal rank
-    fusion of the dense and BM25 top-``depth``.
+    dense: the query encoder ``encoder`` + ``kb.search``; bm25: :func:`knowledge_base_bm25`; hybrid:
+    reciprocal rank fusion of the dense and BM25 top-``depth`` (one BM25 index shared by both).
     """
+    from openbook.index.retriever import BM25Retriever, HybridRetriever
+
     unknown = [n for n in names if n not in RETRIEVER_NAMES]
     if unknown or not names:
         raise InputError(f"retrievers must be among {', '.join(RETRIEVER_NAMES)}, got {', '.join(names) or 'none'}")
-    rankers: dict[str, Ranker] = {}
-    if "dense" in names or "hybrid" in names:
-        rankers["dense"] = dense_ranker(encoder, kb)
-    if "bm25" in names or "hybrid" in names:
-        rankers["bm25"] = bm25_ranker(*knowledge_base_bm25(kb, progress=progress))
-    if "hybrid" in names:
-        rankers["hybrid"] = hybrid_ranker([rankers["dense"], rankers["bm25"]], depth=depth)
-    return {name: passage_retriever(rankers[name], kb) for name in names}
+    dense = make_retriever("dense", kb, encode=encoder.encode_queries)
+    bm25 = BM25Retriever(kb, progress=progress)
+    built = {"dense": dense, "bm25": bm25, "hybrid": HybridRetriever(kb, [dense, bm25], depth=depth)}
+    return {name: built[name] for name in names}

@@ -7,7 +7,12 @@ from __future__ import annotations
 from pathlib import Path
 
 from openbook.experiments.report import (
-    EvalSettings, bar_plot, evaluate_model, finish, read_examples, with_model,
+    EvalSettings,
+    bar_plot,
+    evaluate_model,
+    finish,
+    read_examples,
+    with_model,
 )
 
 MODELS = ("closed-book", "rag-sequence", "rag-token")
@@ -21,7 +26,7 @@ def run_closed_book_vs_rag(runs: dict[str, str], settings: EvalSettings, out_dir
     rows, headline, evaluations = [], {}, {}
     for kind in (m for m in MODELS if runs.get(m)):
         report = with_model(runs[kind], kind, settings,
-                            lambda model: evaluate_model(model, task, examples, settings, out_dir, kind))
+                            lambda model, kind=kind: evaluate_model(model, task, examples, settings, out_dir, kind))
         metric = report["metrics"].get("exact_match")
         headline[kind] = metric
         evaluations[kind] = {"run": runs[kind], "metrics": report["metrics"], "settings": report["settings"]}

@@ -11,7 +11,12 @@ from pathlib import Path
 
 from openbook.experiments.closed_book_vs_rag import MODELS
 from openbook.experiments.report import (
-    EvalSettings, bar_plot, evaluate_model, finish, read_examples, with_model,
+    EvalSettings,
+    bar_plot,
+    evaluate_model,
+    finish,
+    read_examples,
+    with_model,
 )
 
 PAPER_JEOPARDY = {"gold": 0.900, "closed-book": 0.324, "rag-token": 0.468, "rag-sequence": 0.538}
@@ -33,7 +38,7 @@ def run_diversity(runs: dict[str, str], settings: EvalSettings, out_dir: str | P
     headline, details = {"gold": gold_ratio}, {}
     for kind in (m for m in MODELS if runs.get(m)):
         report = with_model(runs[kind], kind, settings,
-                            lambda model: evaluate_model(model, task, examples, settings, out_dir, kind))
+                            lambda model, kind=kind: evaluate_model(model, task, examples, settings, out_dir, kind))
         ratio, total = trigram_diversity([row["prediction"] for row in report["predictions"]])
         headline[kind] = ratio
         details[kind] = {"run": runs[kind], "distinct_trigram_ratio": ratio, "trigrams": total,

@@ -46,17 +46,13 @@ def load_model(run: str, model: str = "rag-sequence", kb: str | None = None, *, 
     the untrained offline default models as ``model`` (``closed-book``, ``rag-sequence``, ``rag-token``).
     ``decode_as`` uses a run's weights as another RAG kind (``rag-token`` for the Figure 2 posteriors);
     ``retriever`` replaces its retriever (``bm25``); ``kb`` its knowledge base."""
-    from openbook.rag.assemble import load_generator, load_rag, load_run
-    from openbook.rag.closed_book import ClosedBook
+    from openbook.rag.assemble import load_model as build
 
     if run != DEFAULT:
         if not Path(run).is_dir():
             raise InputError(f"{run}: not a run directory (from `openbook train --out`) nor {DEFAULT!r}")
-        return load_run(run, kb=kb, model=decode_as, retriever=retriever)
-    kind = decode_as or model
-    if kind == "closed-book":
-        return ClosedBook(load_generator(DEFAULT)).eval()
-    return load_rag(model=kind, kb=kb, retriever=retriever or "dense").eval()
+        return build(run=run, kb=kb, model=decode_as, retriever=retriever)
+    return build(model=decode_as or model, kb=kb, retriever=retriever)
 
 
 def read_examples(settings: EvalSettings):

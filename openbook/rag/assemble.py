@@ -1,8 +1,10 @@
-"""Putting a RAG model together from names: generators, encoders and knowledge bases.
+"""Putting a model together from names: generators, encoders, knowledge bases, trained runs.
 
-This is where the layers meet: a knowledge base is built by encoding passages (corpus) with a document
-encoder (models) into an index (index); a generator name becomes the right adapter; a training run
-directory (``run.json`` + checkpoint) becomes its trained model again (:func:`load_run`).
+This is where the layers meet, above :mod:`openbook.rag.model` and :mod:`openbook.rag.closed_book` (it
+imports both; they never import it at module level): a knowledge base is built by encoding passages
+(corpus) with a document encoder (models) into an index (index); a generator name becomes the right
+adapter; a training run directory (``run.json`` + checkpoint) becomes its trained model again
+(:func:`load_run`). :func:`load_model` is the one function every command builds its model with.
 """
 
 from __future__ import annotations
@@ -10,8 +12,8 @@ from __future__ import annotations
 import json
 import re
 import sys
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Iterable
 
 import numpy as np
 
@@ -21,12 +23,20 @@ from openbook.data import demo_passages_path
 from openbook.errors import InputError
 from openbook.index import KnowledgeBase
 from openbook.index.kb import FORMAT_VERSION, stored_format_version
-from openbook.models import cache_dir, load_causal_lm, load_config, load_encoder, load_seq2seq
+from openbook.models import (
+    cache_dir,
+    load_causal_lm,
+    load_config,
+    load_encoder,
+    load_seq2seq,
+)
 from openbook.models.causal import CausalLMGenerator
 from openbook.models.encoders import Encoder
 from openbook.models.generators import Generator, Seq2SeqGenerator
 from openbook.models.hf_rag import is_hf_rag_checkpoint, load_hf_rag
 from openbook.models.loading import GENERATOR_ALIASES
+from openbook.rag.closed_book import ClosedBook
+from openbook.rag.model import RAG
 
 SHIPPED_VECTORS = "embeddings-minilm.f16.npy"  # d(z) of the demo corpus by the default encoder
 
@@ -126,26 +136,41 @@ def _shipped_vectors(encoder: Encoder, passages: list, sample: int = 32) -> np.n
     return vectors if float(cosine.min()) > 0.999 else None
 
 
+def encoder_name(encoder: str | None, kb=None) -> str:
+    """The query encoder to load: ``encoder`` if given, else the one the knowledge-base directory ``kb``
+    was built with, else the offline default (``"default"``). A ``kb`` path is read first, so that a
+    wrong one fails before any model is loaded."""
+    built_with = None
+    if kb is not None and not isinstance(kb, KnowledgeBase):
+        from openbook.index.kb import read_manifest
+
+        built_with = read_manifest(kb)["encoder"].get("name")
+    elif isinstance(kb, KnowledgeBase):
+        built_with = kb.encoder_info.get("name")
+    return encoder if encoder is not None else built_with or "default"
+
+
 def load_rag(
     model: str | None = None,
     kb: str | Path | KnowledgeBase | None = None,
     generator: str = "default",
-    encoder: str = "default",
+    encoder: str | Encoder | None = None,
     **kwargs,
-):
+) -> RAG:
     """A :class:`~openbook.rag.model.RAG` from names. ``generator`` may be a transformers RAG checkpoint
     (``facebook/rag-sequence-nq``, or a ``save_pretrained`` directory): then its DPR question encoder
-    is used unless ``encoder`` is given, and ``model`` defaults to the checkpoint's kind."""
-    from openbook.rag.model import RAG
-
+    is used unless ``encoder`` is given, and ``model`` defaults to the checkpoint's kind. ``encoder``
+    (a name, a path or a loaded :class:`Encoder`) defaults to the one ``kb`` was built with (else the
+    offline default)."""
     if _is_rag_checkpoint(generator):
         imported = load_hf_rag(generator)
         gen = imported.generator
-        query_encoder = imported.query_encoder if encoder == "default" else load_encoder(encoder)
+        use_own = encoder is None or encoder == "default"
+        query_encoder = imported.query_encoder if use_own else _encoder(encoder, kb)
         model = model or imported.model_type
     else:
         gen = load_generator(generator)
-        query_encoder = load_encoder(encoder)
+        query_encoder = _encoder(encoder, kb)
     if kb is None:
         knowledge = demo_knowledge_base(query_encoder)
     elif isinstance(kb, KnowledgeBase):
@@ -153,6 +178,31 @@ def load_rag(
     else:
         knowledge = KnowledgeBase.load(kb, expected_encoder=query_encoder.info())
     return RAG(query_encoder, gen, knowledge, model=model or "rag-sequence", **kwargs)
+
+
+def _encoder(encoder, kb) -> Encoder:
+    return encoder if isinstance(encoder, Encoder) else load_encoder(encoder_name(encoder, kb))
+
+
+def load_model(model: str | None = None, kb=None, generator: str = "default", encoder: str | Encoder | None = None,
+               run: str | Path | None = None, retriever: str | None = None, k: int | None = None, **options):
+    """The model a command works with, built in one place, in eval mode.
+
+    With ``run`` (an ``openbook train --out`` directory): its trained model (:func:`load_run`); ``model``,
+    ``kb``, ``retriever`` and ``k`` override the run's (the same weights decoded as RAG-Token, over
+    another index, with BM25 ...), and the run brings its own generator and encoder. Without: ``model``
+    ``"closed-book"`` is the generator alone (:class:`ClosedBook`), otherwise a :class:`RAG` of
+    ``generator`` and ``encoder`` over ``kb`` (:func:`load_rag`; default: RAG-Sequence, dense retrieval,
+    k=5). ``options`` go to :class:`RAG` (``learn_scale``, ``score_scale``)."""
+    if run is not None:
+        if generator != "default" or (encoder is not None and encoder != "default"):
+            raise InputError(f"a run ({run}) brings its own generator and encoder: give --generator/--encoder "
+                             "without --run, or neither")
+        return load_run(run, kb=kb, model=model, retriever=retriever, k=k)
+    if model == "closed-book":
+        return ClosedBook(load_generator(generator)).eval()
+    settings = {"retriever": retriever or "dense", **({"k": k} if k is not None else {}), **options}
+    return load_rag(model=model, kb=kb, generator=generator, encoder=encoder, **settings).eval()
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -221,8 +271,6 @@ def load_run(run_dir: str | Path, kb=None, **overrides):
     the same weights decoded as RAG-Token, with BM25 ...). Returned in eval mode.
     """
     import torch
-
-    from openbook.rag.closed_book import ClosedBook
 
     spec = read_run_spec(run_dir, **overrides)
     weights = Path(run_dir) / "checkpoint" / "model.pt"

@@ -1,0 +1,124 @@
+"""The options several commands share, each declared once with one default, and the model they build.
+
+``ask``, ``retrieve``, ``eval`` and ``train`` add the options they take with :func:`add_options`; the
+model a command works with comes from :func:`load_model` (the one seam the CLI tests replace), which
+builds it with :func:`openbook.rag.assemble.load_model`. Nothing heavy is imported at module level.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable
+
+from openbook.commands import positive_int
+
+MODELS = ("rag-sequence", "rag-token")
+WITH_CLOSED_BOOK = (*MODELS, "closed-book")
+RETRIEVERS = ("dense", "bm25", "hybrid")  # openbook.index.retriever.RETRIEVERS, spelled out: no imports here
+DECODINGS = ("thorough", "fast")
+DEFAULT_K = 5  # RAG's own default (RAG(k=5)); a run's k replaces it
+DEFAULT_BEAMS = 4
+DEFAULT_DECODING = "thorough"
+DEFAULT_BATCH_SIZE = 8
+
+
+def _model(p, closed_book: bool = False) -> None:
+    kinds = WITH_CLOSED_BOOK if closed_book else MODELS
+    extra = ", or closed-book (the generator alone, no retrieval: the paper's baseline)" if closed_book else ""
+    p.add_argument("--model", choices=kinds, default=None,
+                   help="how documents are marginalised: one document per answer (rag-sequence, eq. 1) or per "
+                   f"token (rag-token, eq. 2){extra} (default: rag-sequence, or the --run's)")
+
+
+def _run(p) -> None:
+    p.add_argument("--run", metavar="DIR", default=None,
+                   help="use the model trained by `openbook train --out DIR` (its generator, query encoder, "
+                   "knowledge base, retriever and kind, unless --model/--kb/--retriever/--k say otherwise)")
+
+
+def _kb(p) -> None:
+    p.add_argument("--kb", metavar="DIR", default=None,
+                   help="knowledge-base directory (default: the shipped demo knowledge base, or the --run's)")
+
+
+def _generator(p) -> None:
+    p.add_argument("--generator", metavar="NAME_OR_PATH", default="default",
+                   help="generator p_theta: a model name or local path (default: the offline SmolLM2-135M-Instruct)")
+
+
+def _encoder(p) -> None:
+    p.add_argument("--encoder", metavar="NAME_OR_PATH", default=None,
+                   help="query encoder q(x): a model name or local path; must match the one the knowledge base "
+                   "was indexed with (default: that one; for the demo knowledge base the offline all-MiniLM-L6-v2)")
+
+
+def _k(p) -> None:
+    p.add_argument("--k", type=positive_int, metavar="K", default=None,
+                   help=f"passages retrieved per question, at most 100 (default: {DEFAULT_K}, or the --run's)")
+
+
+def _retriever(p) -> None:
+    p.add_argument("--retriever", choices=RETRIEVERS, default=None,
+                   help="dense (MIPS with the query encoder, the paper's), bm25 (the paper's Table-6 ablation: BM25 "
+                   "scores as the logits of p(z|x)) or hybrid (reciprocal rank fusion of both) (default: dense, "
+                   "or the --run's)")
+
+
+def _beams(p) -> None:
+    p.add_argument("--beams", type=positive_int, metavar="N", default=DEFAULT_BEAMS,
+                   help="beam size; 1 is greedy search (default: %(default)s)")
+
+
+def _decoding(p) -> None:
+    p.add_argument("--decoding", choices=DECODINGS, default=None,
+                   help="RAG-Sequence decoding: 'thorough' rescores every candidate under every passage, 'fast' "
+                   f"treats candidates missing from a passage's beam as probability 0 (default: {DEFAULT_DECODING})")
+
+
+def _max_new_tokens(p) -> None:
+    p.add_argument("--max-new-tokens", type=positive_int, metavar="N", default=None,
+                   help="longest answer, in generator tokens (default: 32 for ask, the task's for eval)")
+
+
+def _batch_size(p) -> None:
+    p.add_argument("--batch-size", type=positive_int, metavar="N", default=DEFAULT_BATCH_SIZE,
+                   help="questions answered together (default: %(default)s)")
+
+
+OPTIONS: dict[str, Callable] = {
+    "model": _model, "run": _run, "kb": _kb, "generator": _generator, "encoder": _encoder, "k": _k,
+    "retriever": _retriever, "beams": _beams, "decoding": _decoding, "max-new-tokens": _max_new_tokens,
+    "batch-size": _batch_size,
+}
+
+
+def add_options(parser: argparse.ArgumentParser, *names: str, closed_book: bool = False) -> None:
+    """Add the shared options ``names`` (keys of :data:`OPTIONS`) to ``parser``; ``closed_book`` lets
+    ``--model`` also be ``closed-book``."""
+    for name in names:
+        if name == "model":
+            _model(parser, closed_book)
+        else:
+            OPTIONS[name](parser)
+
+
+def quiet_libraries() -> None:
+    """Keep transformers' per-load progress bars and advice off the terminal: openbook prints its own
+    progress for the slow one-time jobs (building a knowledge base, converting the generator)."""
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.set_verbosity_error()
+    hf_logging.disable_progress_bar()
+
+
+def load_model(args: argparse.Namespace, **options):
+    """The model of a command's parsed options (``--model --kb --generator --encoder --run --retriever
+    --k``, those it has): :func:`openbook.rag.assemble.load_model`. Tests replace this function."""
+    quiet_libraries()
+    # lazy: pulls in torch and transformers
+    from openbook.rag.assemble import load_model as build
+
+    return build(model=getattr(args, "model", None), kb=getattr(args, "kb", None),
+                 generator=getattr(args, "generator", "default"), encoder=getattr(args, "encoder", None),
+                 run=getattr(args, "run", None), retriever=getattr(args, "retriever", None),
+                 k=getattr(args, "k", None), **options)
