@@ -239,3 +239,22 @@ def test_build_with_the_tiny_encoder_and_hnsw(capsys, tmp_path, corpus_dir, monk
     code, _, err = run(capsys, "kb", "add", out, more, "--quiet")
     assert code == 0, err
     assert "x" in [p["id"] for p in retrieve(capsys, out, "music", "--k", "7")["passages"]]
+
+
+@pytest.mark.parametrize("retriever", ["bm25", "hybrid"])
+def test_retrieve_with_bm25_and_hybrid(capsys, tmp_path, corpus_dir, encoders, retriever):
+    out = tmp_path / "kb"
+    build_kb(capsys, corpus_dir, out)
+    result = retrieve(capsys, out, "capital of germany", "--k", "3", "--retriever", retriever)
+    assert result["retriever"] == retriever and result["score_scale"] == 1.0  # the scores are the logits
+    assert result["passages"][0]["id"].startswith("berlin") and len(result["passages"]) == 3
+    assert abs(sum(p["prob"] for p in result["passages"]) - 1) < 3 * 4 * 1.2e-7  # float32 softmax of 3 values
+
+
+def test_retrieve_k_is_bounded_and_clamped(capsys, tmp_path, corpus_dir, encoders):
+    out = tmp_path / "kb"
+    build_kb(capsys, corpus_dir, out)
+    code, stdout, err = run(capsys, "retrieve", "ocean", "--kb", out, "--k", "100000")
+    assert code == 2 and stdout == "" and err == "openbook: error: k (passages to retrieve) must be at most 100, got 100000\n"
+    code, stdout, err = run(capsys, "retrieve", "ocean", "--kb", out, "--k", "100", "--json")
+    assert code == 0 and len(json.loads(stdout)["passages"]) < 100 and "using k=" in err
