@@ -30,17 +30,8 @@ TASK_NAMES = (
 
 
 def _k_list(text: str) -> list[int]:
-    values = []
-    for part in text.split(","):
-        part = part.strip()
-        try:
-            value = int(part)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"expected comma-separated whole numbers, got {text!r}") from None
-        if value < 1:
-            raise argparse.ArgumentTypeError(f"every k must be at least 1, got {value}")
-        values.append(value)
-    return sorted(set(values))
+    """argparse type: comma-separated whole numbers of at least 1, sorted and distinct."""
+    return sorted({positive_int(part.strip()) for part in text.split(",")})
 
 
 def _name_list(text: str) -> list[str]:

@@ -141,10 +141,10 @@ def _k_sweep(args: argparse.Namespace) -> int:
     from openbook.experiments.k_sweep import run_k_sweep
 
     try:
-        ks = [int(k) for k in args.ks.split(",") if k.strip()]
-    except ValueError:
-        args.subparser.error(f"--ks must be comma-separated whole numbers, got {args.ks!r}")
-    if not ks or min(ks) < 1:
+        ks = [positive_int(k) for k in args.ks.split(",") if k.strip()]
+    except argparse.ArgumentTypeError as problem:
+        args.subparser.error(f"--ks must be comma-separated positive whole numbers, got {args.ks!r}: {problem}")
+    if not ks:
         args.subparser.error(f"--ks must hold positive whole numbers, got {args.ks!r}")
     args.k = None
     return run_k_sweep(args.run, ks, _settings(args), args.out, args.json, model=args.model)

@@ -29,18 +29,13 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from openbook.errors import InputError
+from openbook.errors import InputError, positive_int
 from openbook.eval.metrics import aggregate
+from openbook.index.retriever import check_k
 
-__all__ = ["predict", "evaluate", "write_report", "report_markdown"]
+__all__ = ["evaluate", "predict", "report_markdown", "write_report"]
 
 REPORT_VERSION = 1
-
-
-def _check_positive(value: Any, name: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise InputError(f"{name} must be a positive integer, got {value!r}")
-    return value
 
 
 def _check_inputs(inputs: Sequence[str]) -> list[str]:
@@ -88,12 +83,12 @@ def predict(
     model ignores ``k``.
     """
     inputs = _check_inputs(inputs)
-    _check_positive(batch_size, "batch_size")
-    _check_positive(num_beams, "num_beams")
-    _check_positive(max_new_tokens, "max_new_tokens")
+    positive_int(batch_size, "batch_size")
+    positive_int(num_beams, "num_beams")
+    positive_int(max_new_tokens, "max_new_tokens")
     options: dict[str, Any] = {"num_beams": num_beams, "decoding": decoding, "max_new_tokens": max_new_tokens}
     if k is not None:
-        options["k"] = _check_positive(k, "k")
+        options["k"] = check_k(k)
     answers: list = []
     for batch in _batches(inputs, batch_size, progress, "predicting"):
         got = model.ask(batch, **options)
@@ -196,9 +191,9 @@ def evaluate(
     examples = list(examples)
     if not examples:
         raise InputError(f"task {task.name}: no examples to evaluate")
-    _check_positive(batch_size, "batch_size")
+    positive_int(batch_size, "batch_size")
     if k is not None:
-        _check_positive(k, "k")
+        check_k(k)
     inputs = _check_inputs([ex.input for ex in examples])
     labels = getattr(task, "labels", None)
     settings: dict[str, Any] = {"k": k if k is not None else getattr(model, "k", None), "batch_size": batch_size}
@@ -310,9 +305,8 @@ def report_markdown(report: dict) -> str:
 def _write_atomic(path: Path, text: str) -> None:
     from openbook.atomic import atomic_output
 
-    with atomic_output(path) as tmp:
-        with open(tmp, "w", encoding="utf-8") as f:
-            f.write(text)
+    with atomic_output(path) as tmp, open(tmp, "w", encoding="utf-8") as f:
+        f.write(text)
 
 
 def write_report(report: dict, out_dir, name: str = "report") -> tuple[Path, Path]:
