@@ -28,19 +28,17 @@ def register(commands) -> None:
     hs.add_argument("--run", metavar="RUN", help="a run trained with `openbook train --out` (its query encoder "
                     "and generator; the paper swaps the index under its NQ-trained model); default: the untrained "
                     "--generator and --encoder")
-    hs.add_argument("--model", choices=("rag-sequence", "rag-token"),
-                    help="default: the run's own kind, else rag-sequence")
-    hs.add_argument("--generator", default="default", help="generator name or path (without --run)")
-    hs.add_argument("--encoder", default="default", help="encoder name or path (without --run)")
-    hs.add_argument("--k", type=positive_int, default=5)
-    hs.add_argument("--beams", type=positive_int, default=1)
-    hs.add_argument("--max-new-tokens", type=positive_int, default=24)
+    options.add_options(hs, "model", "generator", "encoder", "k")  # without --run: the untrained models
+    hs.add_argument("--beams", type=positive_int, default=1, metavar="N", help="beam size; 1 = greedy (default)")
+    hs.add_argument("--max-new-tokens", type=positive_int, metavar="N",
+                    help=f"longest answer (default: {HOT_SWAP_MAX_NEW_TOKENS})")
     hs.add_argument("--limit", type=positive_int, help="first N changed offices only")
     hs.add_argument("--json", action="store_true", help="end with one JSON line of the four accuracies")
     hs.set_defaults(handler=run_hot_swap_command, subparser=hs)
     _register_paper_experiments(group)
 
 
+HOT_SWAP_MAX_NEW_TOKENS = 24
 RUN_HELP = "a run directory from `openbook train --out`, or 'default' (the untrained offline default models)"
 
 
@@ -52,14 +50,10 @@ def _experiment(group, name: str, help: str, description: str, handler, data: bo
         p.add_argument("--data", required=True, metavar="FILE", help="dev examples (e.g. NQ-open dev JSONL)")
         p.add_argument("--task", default="nq", help="task reading --data and scoring (default: %(default)s)")
         p.add_argument("--limit", type=positive_int, metavar="N", help="first N dev examples only")
-        p.add_argument("--batch-size", type=positive_int, default=8, metavar="N",
-                       help="questions per batch (default: 8)")
-        p.add_argument("--max-new-tokens", type=positive_int, metavar="N",
-                       help="longest answer (default: the task's, 16 for nq, 48 for jeopardy)")
-        p.add_argument("--decoding", choices=("thorough", "fast"), default="thorough",
-                       help="RAG-Sequence decoding (paper 2.5; default: %(default)s)")
+        options.add_options(p, "batch-size", "max-new-tokens", "decoding")
+    # Experiments decode greedily by default (fast on a CPU; the reports in docs/experiments use it).
     p.add_argument("--beams", type=positive_int, default=1, metavar="N", help="beam size; 1 = greedy (default)")
-    p.add_argument("--kb", metavar="DIR", help="knowledge base instead of the runs' own")
+    options.add_options(p, "kb")
     p.add_argument("--out", required=True, metavar="DIR", help="report.json, report.md and the plot go here")
     p.add_argument("--json", action="store_true", help="end with one JSON line of the headline figures")
     p.set_defaults(handler=handler, subparser=p)
@@ -111,7 +105,8 @@ def _settings(args: argparse.Namespace):
 
     options.quiet_libraries()
     return EvalSettings(data=args.data, task=args.task, limit=args.limit, batch_size=args.batch_size,
-                        beams=args.beams, max_new_tokens=args.max_new_tokens, decoding=args.decoding, kb=args.kb,
+                        beams=args.beams, max_new_tokens=args.max_new_tokens,
+                        decoding=args.decoding or options.DEFAULT_DECODING, kb=args.kb,
                         k=args.k)
 
 
@@ -177,7 +172,7 @@ def run_hot_swap_command(args: argparse.Namespace) -> int:
     out.mkdir(parents=True, exist_ok=True)
     if args.run:
         for flag, value in (("--generator", args.generator), ("--encoder", args.encoder)):
-            if value != "default":
+            if value not in (None, "default"):
                 args.subparser.error(f"{flag} and --run exclude each other: a run brings its own models")
         spec = read_run_spec(args.run)
         if spec["model"] == "closed-book":
@@ -186,7 +181,7 @@ def run_hot_swap_command(args: argparse.Namespace) -> int:
         # the trained query encoder q(x) only reads them.
         encoder = load_encoder(spec["encoder"])
     else:
-        encoder = load_encoder(args.encoder)
+        encoder = load_encoder(args.encoder or "default")
     build = lambda passages, path: build_knowledge_base(passages, encoder, path, progress=False)
     probe = build(_probe_passage(), out / "kb-probe")  # the model starts on this; each era's index replaces it
     if args.run:  # the run's own knowledge base is never loaded
@@ -195,8 +190,9 @@ def run_hot_swap_command(args: argparse.Namespace) -> int:
     else:
         model, generator = args.model or "rag-sequence", args.generator
         rag = load_model(model=model, kb=probe, generator=args.generator, encoder=encoder, k=1)
-    report = run_hot_swap(rag, args.leaders, out, build, limit=args.limit, k=args.k, num_beams=args.beams,
-                          max_new_tokens=args.max_new_tokens)
+    k = args.k or options.DEFAULT_K
+    report = run_hot_swap(rag, args.leaders, out, build, limit=args.limit, k=k, num_beams=args.beams,
+                          max_new_tokens=args.max_new_tokens or HOT_SWAP_MAX_NEW_TOKENS)
     report.update(command=" ".join(sys.argv), model=model, generator=generator, run=args.run, eras=ERAS)
     acc = report["accuracy"]
     bar_plot(out / "hot_swap.png", ["2016 index", "2018 index"],
@@ -213,7 +209,7 @@ def run_hot_swap_command(args: argparse.Namespace) -> int:
     ]
     (out / "report.md").write_text(
         f"# Index hot-swap ({report['offices']} offices whose holder changed)\n\n" + "\n".join(table) + "\n\n"
-        f"Model: {model}, {'run ' + args.run if args.run else 'generator ' + generator}; k={args.k}, "
+        f"Model: {model}, {'run ' + args.run if args.run else 'generator ' + generator}; k={k}, "
         f"beams={args.beams}. Paper (NQ-trained RAG): 70% and 68% matched, 12% and 4% mismatched.\n\n"
         "![hot_swap.png](hot_swap.png)\n"
     )
