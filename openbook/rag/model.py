@@ -1,8 +1,11 @@
 """The RAG model: a retriever p_eta(z|x) over a knowledge base and a generator p_theta(y|x,z).
 
-``RAG.retrieve`` scores the top-k passages with d(z)^T q(x), recomputed in torch from the stored
-document vectors so that p(z|x) is differentiable with respect to the query encoder (the document
-encoder and the index stay frozen, paper section 2.4). ``RAG.loss`` is the negative marginal
+``RAG.retrieve`` asks its retriever (:mod:`openbook.index.retriever`, the one retrieval seam: dense
+MIPS with q(x), BM25, hybrid, or any other :class:`~openbook.index.retriever.Retriever`) for the top-k
+passages and turns their scores into p(z|x) with :func:`~openbook.index.retriever.retrieval_logprobs`.
+For dense retrieval the scores d(z)^T q(x) are recomputed in torch from the stored document vectors, so
+p(z|x) is differentiable with respect to the query encoder (the document encoder and the index stay
+frozen, paper section 2.4). ``RAG.loss`` is the negative marginal
 log-likelihood of RAG-Sequence or RAG-Token; ``RAG.ask`` decodes and returns answers with provenance.
 The knowledge base can be swapped in one call (``use_knowledge_base``) without reloading the models.
 """
