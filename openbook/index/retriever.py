@@ -17,7 +17,8 @@ the knowledge base for these questions, with their scores"; what the scores mean
 
 ``k`` is checked once, here (:func:`check_k`): a positive integer of at most :data:`MAX_K`, clamped to the
 number of live passages with a warning. A sharded or remote retriever is a new subclass implementing
-:meth:`Retriever.search` (and ``num_passages``); callers do not change.
+:meth:`Retriever.search` (and, if it holds no local knowledge base, ``num_passages`` and
+:meth:`Retriever.passages`); callers do not change.
 """
 
 from __future__ import annotations
@@ -110,7 +111,11 @@ class Retriever(ABC):
         if ids.shape != (len(questions), k) or (ids < 0).any():
             raise KnowledgeBaseError(f"the {self.name} retriever found fewer than k={k} passages in "
                                      f"{getattr(self.kb, 'path', 'the knowledge base')}; lower k")
-        return Hits(scores, ids, self.kb.passages(ids))
+        return Hits(scores, ids, self.passages(ids))
+
+    def passages(self, ids: np.ndarray) -> list[list[Any]]:
+        """The passages of the ``(B, k)`` row ids :meth:`search` returned."""
+        return self.kb.passages(ids)
 
     @abstractmethod
     def search(self, questions: list[str], k: int) -> tuple[Any, np.ndarray]:
