@@ -211,7 +211,8 @@ def _edited(path: Path, version: int) -> int:
 def _cmd_build(args: argparse.Namespace) -> int:
     from openbook.corpus import check_sources, iter_source_passages
     from openbook.index.dense import index_class
-    from openbook.index.kb import KnowledgeBase, _check_replaceable, disk_usage, parse_index_params, partial_dir
+    from openbook.index.kb import KnowledgeBase, disk_usage, parse_index_params, partial_dir
+    from openbook.index.kb.layout import _check_replaceable
 
     # Everything that can be checked without the encoder is checked first (fails in milliseconds).
     sources = check_sources(args.sources)
@@ -261,7 +262,8 @@ def _print_summary(manifest: dict, sizes: dict) -> None:
 
 def _cmd_info(args: argparse.Namespace) -> int:
     from openbook.errors import KnowledgeBaseError
-    from openbook.index.kb import _verify_files, disk_usage, read_manifest
+    from openbook.index.kb import disk_usage, read_manifest
+    from openbook.index.kb.layout import _verify_files
 
     path = Path(args.dir)
     manifest = read_manifest(path)

@@ -1,0 +1,347 @@
+"""Building a knowledge base: streaming passages into the store and ``embeddings.npy`` batch by batch,
+resumable after a crash (``<DIR>.partial``), then indexing them and writing the manifest."""
+
+from __future__ import annotations
+
+import itertools
+import os
+import shutil
+import sys
+from collections.abc import Callable, Iterable, Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from tqdm import tqdm
+
+from openbook.atomic import fsync_path
+from openbook.corpus import Passage
+from openbook.corpus.readers import RecordErrors, SourcePassage
+from openbook.errors import InputError, KnowledgeBaseError
+from openbook.index.dense import as_float32_matrix, index_class
+from openbook.index.kb.indexing import _create_index, _index_record
+from openbook.index.kb.layout import (
+    _PROGRESS_FILE,
+    _STAGE_DIR,
+    _STATE_FILE,
+    _WORK_STORE,
+    EMBEDDINGS_FILE,
+    FORMAT_VERSION,
+    INDEX_FILE,
+    LOCK_FILE,
+    MANIFEST_FILE,
+    STORE_FILE,
+    EncodePassages,
+    _file_entry,
+    _now,
+    _read_json,
+    _segment,
+    _write_json,
+)
+from openbook.index.store import (
+    NPY_HEADER_BYTES,
+    EmbeddingsWriter,
+    PassageStore,
+    embeddings_bytes,
+    map_embeddings,
+    read_npy_header,
+)
+
+# ---------------------------------------------------------------------------------------------------
+# passage streams
+
+
+def _source_items(passages: Iterable) -> Iterator[SourcePassage]:
+    """Normalise an iterable of Passage or SourcePassage into SourcePassages (checking the types)."""
+    for position, item in enumerate(passages, start=1):
+        if isinstance(item, SourcePassage):
+            yield item
+        elif isinstance(item, Passage):
+            yield SourcePassage(f"passage {position}", item)
+        else:
+            raise InputError(f"item {position} to index is a {type(item).__name__}, not an openbook Passage")
+
+
+def _encode_batch(encode_passages: EncodePassages, batch: list[Passage], start: int, dim: int | None) -> np.ndarray:
+    """Encode one batch and check the result is a finite float32 (len(batch), dim) array."""
+    vectors = encode_passages(batch)
+    what = f"encode_passages output for passages {start}..{start + len(batch) - 1}"
+    vectors = as_float32_matrix(vectors, what, dim)
+    if vectors.shape[0] != len(batch):
+        raise InputError(f"{what} has {vectors.shape[0]} rows for a batch of {len(batch)} passages")
+    return vectors
+
+
+def _check_declared_dim(encoder_info: dict[str, Any], dim: int) -> None:
+    declared = encoder_info.get("dim")
+    if declared is not None and declared != dim:
+        raise InputError(
+            f"encoder_info says dim {declared} but encode_passages returned vectors of dimension {dim}"
+        )
+
+
+class _Appender:
+    """Append batches of new passages to a store + embeddings file: dedupe ids, encode, write, commit."""
+
+    def __init__(self, store: PassageStore, encode: EncodePassages, errors: RecordErrors, version: int,
+                 batch_size: int, rows: int, writer: EmbeddingsWriter | None, make_writer: Callable[[int], EmbeddingsWriter],
+                 after_batch: Callable[[int], None] = lambda rows: None, bar=None):
+        self.store, self.encode, self.errors, self.version = store, encode, errors, version
+        self.batch_size, self.rows, self.writer, self.make_writer = batch_size, rows, writer, make_writer
+        self.after_batch, self.bar = after_batch, bar
+        self.pending: list[Passage] = []
+        self.pending_ids: set[str] = set()
+
+    def feed(self, items: Iterable[SourcePassage]) -> None:
+        for item in items:
+            pid = item.passage.id
+            if pid in self.pending_ids or self.store.live_rows([pid]):
+                self.errors(item.where, f"duplicate passage id {pid!r}: the knowledge base already has a passage "
+                                        f"with this id (use `openbook kb update` to change it)")
+                continue
+            self.pending.append(item.passage)
+            self.pending_ids.add(pid)
+            if len(self.pending) == self.batch_size:
+                self.flush()
+        self.flush()
+
+    def flush(self) -> None:
+        if not self.pending:
+            return
+        batch = self.pending
+        dim = self.writer.dim if self.writer is not None else None
+        vectors = _encode_batch(self.encode, batch, self.rows, dim)
+        if self.writer is None:
+            self.writer = self.make_writer(vectors.shape[1])
+        self.writer.append(vectors)
+        with self.store.transaction():
+            self.store.insert(self.rows, batch, self.version)
+        self.rows += len(batch)
+        self.pending, self.pending_ids = [], set()
+        self.after_batch(self.rows)
+        if self.bar is not None:
+            self.bar.update(len(batch))
+
+
+# ---------------------------------------------------------------------------------------------------
+# building
+
+
+class _Build:
+    """One build into a work directory; with ``resume`` the directory survives and a rerun continues."""
+
+    def __init__(self, work: Path, config: dict[str, Any], encode: EncodePassages, encoder_info: dict[str, Any],
+                 errors: RecordErrors, progress: bool, description: str | None):
+        self.work, self.config, self.encode, self.encoder_info = work, config, encode, encoder_info
+        self.errors, self.progress, self.description = errors, progress, description
+        self.stage = work / _STAGE_DIR
+        self.rows = 0
+
+    def note(self, message: str) -> None:
+        if self.progress:
+            print(f"openbook: {message}", file=sys.stderr)
+
+    # -- state ---------------------------------------------------------------------------------------
+
+    def prepare(self) -> dict[str, Any]:
+        """Check or (re)start the saved state; return the progress record."""
+        state = _read_json(self.work / _STATE_FILE)
+        progress = _read_json(self.work / _PROGRESS_FILE)
+        if state is not None and state != self.config:
+            self.note(f"the build options differ from the interrupted build in {self.work}; starting over")
+            self.reset()
+            state = progress = None
+        if state is None:
+            self.reset()
+            _write_json(self.work / _STATE_FILE, self.config)
+            progress = None
+        return progress if isinstance(progress, dict) else {"phase": "encoding", "rows": 0}
+
+    def reset(self) -> None:
+        for entry in self.work.iterdir():
+            if entry.name == LOCK_FILE:
+                continue
+            if entry.is_dir():
+                shutil.rmtree(entry)
+            else:
+                entry.unlink()
+        self.rows = 0
+
+    def save_progress(self, **fields) -> None:
+        _write_json(self.work / _PROGRESS_FILE, {"phase": "encoding", **fields})
+
+    # -- phases ---------------------------------------------------------------------------------------
+
+    def run(self, passages) -> None:
+        """Encode (or resume encoding) all passages, then index them and write the manifest into the stage."""
+        progress = self.prepare()
+        moved = self.stage / EMBEDDINGS_FILE
+        if progress.get("phase") != "encoded" and moved.is_file() and not (self.work / EMBEDDINGS_FILE).exists():
+            os.replace(moved, self.work / EMBEDDINGS_FILE)  # killed between moving it and saving progress
+        if progress.get("phase") == "encoded" and (self.stage / EMBEDDINGS_FILE).is_file():
+            self.rows = progress["rows"]
+            self.errors.skipped = progress.get("skipped", 0)
+            self.errors.examples = progress.get("skipped_examples", [])
+        else:
+            self.encode_all(passages, progress)
+        if not (self.stage / MANIFEST_FILE).is_file():
+            self.finish()
+
+    def encode_all(self, passages, progress: dict[str, Any]) -> None:
+        store = PassageStore.create(self.work / _WORK_STORE, bulk=True)
+        try:
+            for attempt in range(2):
+                items = _source_items(passages() if callable(passages) else passages)
+                resumed = self.reconcile(store, progress)
+                if resumed:
+                    items = self.fast_forward(store, items)
+                    if items is None:  # the input changed since the interrupted build
+                        if not callable(passages) or attempt:
+                            raise KnowledgeBaseError(
+                                f"the passages differ from those of the interrupted build in {self.work}; "
+                                f"delete that directory to start over"
+                            )
+                        self.note(f"the input changed since the interrupted build in {self.work}; starting over")
+                        store.close()
+                        self.reset()
+                        _write_json(self.work / _STATE_FILE, self.config)
+                        store = PassageStore.create(self.work / _WORK_STORE, bulk=True)
+                        progress = {"phase": "encoding", "rows": 0}
+                        self.errors.reset()
+                        continue
+                    self.note(f"resuming the build in {self.work}: {self.rows} passages already encoded")
+                self.encode_rest(store, items)
+                break
+        finally:
+            store.close()
+
+    def reconcile(self, store: PassageStore, progress: dict[str, Any]) -> bool:
+        """Cut the store and embeddings back to the last batch recorded in the progress file.
+
+        A killed process may have written rows after it; the count kept is the smallest of the progress
+        file's, the store's and the embeddings file's, rounded down to whole batches.
+        """
+        rows = int(progress.get("rows", 0)) if progress.get("phase") == "encoding" else 0
+        embeddings = self.work / EMBEDDINGS_FILE
+        if embeddings.is_file():
+            dtype, _, dim = read_npy_header(embeddings)
+            rows = min(rows, (embeddings.stat().st_size - NPY_HEADER_BYTES) // (dim * dtype.itemsize))
+        else:
+            rows = 0
+        rows = min(rows, store.num_rows())
+        rows -= rows % self.config["batch_size"]
+        store.discard_after(rows, 1)
+        if embeddings.is_file():
+            if rows:
+                EmbeddingsWriter.reopen(embeddings, rows)
+            else:
+                embeddings.unlink()
+        self.rows = rows
+        return rows > 0
+
+    def fast_forward(self, store: PassageStore, items: Iterator[SourcePassage]) -> Iterator[SourcePassage] | None:
+        """Skip the passages already stored, checking they are the same; None if the input changed."""
+        stored = store.iter_rows(0, self.rows)
+        matched = 0
+        items = iter(items)
+        for item in items:
+            if matched == self.rows:
+                return itertools.chain([item], items)
+            _, expected, _ = next(stored)
+            if item.passage == expected:
+                matched += 1
+                continue
+            row = store.live_rows([item.passage.id]).get(item.passage.id)
+            if row is not None and row < matched:  # a duplicate id, skipped by the first run too
+                self.errors(item.where, f"duplicate passage id {item.passage.id!r}")
+                stored = store.iter_rows(matched, self.rows)  # re-align: this item took no row
+                continue
+            return None
+        return iter(()) if matched == self.rows else None
+
+    def encode_rest(self, store: PassageStore, items: Iterator[SourcePassage]) -> None:
+        dtype = self.config["dtype"]
+        embeddings = self.work / EMBEDDINGS_FILE
+        writer = EmbeddingsWriter.reopen(embeddings, self.rows) if embeddings.is_file() else None
+        batch = self.config["batch_size"]
+
+        def make_writer(dim: int) -> EmbeddingsWriter:
+            _check_declared_dim(self.encoder_info, dim)
+            return EmbeddingsWriter.create(embeddings, dtype, dim)
+
+        def after_batch(rows: int) -> None:
+            self.rows = rows
+            self.save_progress(rows=rows)
+
+        with tqdm(initial=self.rows, unit="passage", desc="encoding passages", disable=not self.progress,
+                  file=sys.stderr) as bar:
+            appender = _Appender(store, self.encode, self.errors, 1, batch, self.rows, writer, make_writer,
+                                 after_batch, bar)
+            appender.feed(items)
+        if self.rows == 0:
+            raise InputError("no passages to index: the passage input is empty"
+                             + (f" ({self.errors.skipped} malformed records skipped)" if self.errors.skipped else ""))
+        writer = appender.writer
+        writer.publish()
+        self.stage.mkdir(exist_ok=True)
+        store.compact_into(self.stage / STORE_FILE)
+        os.replace(embeddings, self.stage / EMBEDDINGS_FILE)
+        fsync_path(self.stage)
+        _write_json(self.work / _PROGRESS_FILE, {
+            "phase": "encoded", "rows": self.rows, "skipped": self.errors.skipped,
+            "skipped_examples": self.errors.examples,
+        })
+
+    def finish(self) -> None:
+        """Index the encoded vectors and write the manifest (the stage is then a complete knowledge base)."""
+        dtype, rows, dim = read_npy_header(self.stage / EMBEDDINGS_FILE)
+        embeddings = map_embeddings(self.stage / EMBEDDINGS_FILE, dtype, rows, dim)
+        kind = index_class(self.config["index"]["type"])
+        index = _create_index(kind, self.config["index"]["params"], embeddings, self.progress)
+        index.save(self.stage / INDEX_FILE)
+        del embeddings
+        store = PassageStore.open(self.stage / STORE_FILE)
+        try:
+            if store.num_rows() != rows:
+                raise KnowledgeBaseError(f"build in {self.work} is inconsistent; delete it and build again")
+        finally:
+            store.close()
+        created = _now()
+        description = self.description or f"build: {rows} passages"
+        if self.errors.skipped:
+            description += f" ({self.errors.skipped} malformed records skipped)"
+        manifest = {
+            "format_version": FORMAT_VERSION,
+            "encoder": self.encoder_info,
+            "dim": dim,
+            "dtype": dtype.name,
+            "index_type": index.type_name,
+            "index": _index_record(index, self.config["index"]["params"], INDEX_FILE),
+            "num_rows": rows,
+            "num_passages": rows,
+            "current_version": 1,
+            "latest_version": 1,
+            "versions": [{
+                "version": 1, "created_at": created, "description": description,
+                "num_rows": rows, "num_passages": rows, "added": rows, "deleted": 0,
+            }],
+            "files": {
+                STORE_FILE: _file_entry(self.stage / STORE_FILE),
+                EMBEDDINGS_FILE: {
+                    "bytes": embeddings_bytes(dtype, rows, dim),
+                    "segments": [_segment(self.stage / EMBEDDINGS_FILE, dtype, dim, 0, rows)],
+                },
+                INDEX_FILE: _file_entry(self.stage / INDEX_FILE),
+            },
+            "created_at": created,
+            "updated_at": created,
+            "build": {
+                **self.config.get("source", {}),
+                "batch_size": self.config["batch_size"],
+                "skipped": self.errors.skipped,
+                "skipped_examples": self.errors.examples,
+            },
+        }
+        _write_json(self.stage / MANIFEST_FILE, manifest)
+
+
