@@ -58,13 +58,13 @@ from openbook.index.kb.edit import (
     update_passages,
     use_version,
 )
+from openbook.index.kb.folder import partial_dir
 from openbook.index.kb.indexing import parse_index_params
 from openbook.index.kb.layout import (
     FORMAT_VERSION,
     MANIFEST_FILE,
     check_encoder_matches,
     describe_encoder,
-    partial_dir,
     read_manifest,
     stored_format_version,
 )

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import operator
 import os
-import shutil
 import warnings
 from collections.abc import Iterable, Iterator
 from pathlib import Path
@@ -13,18 +12,18 @@ from typing import Any
 
 import numpy as np
 
-from openbook.atomic import make_temp_dir_next_to, replace_dir
 from openbook.corpus import Passage
 from openbook.corpus.readers import RecordErrors
 from openbook.errors import InputError, KnowledgeBaseError
 from openbook.index.dense import DenseIndex, check_k, index_class
-from openbook.index.kb.build import _Build
+from openbook.index.kb.build import build_and_publish
 from openbook.index.kb.edit import (
     add_passages,
     delete_passages,
     update_passages,
     use_version,
 )
+from openbook.index.kb.folder import check_out_dir
 from openbook.index.kb.indexing import (
     _check_index_params,
     _load_embeddings,
@@ -32,11 +31,9 @@ from openbook.index.kb.indexing import (
     _search_excluding,
 )
 from openbook.index.kb.layout import (
-    _STAGE_DIR,
     DEFAULT_DTYPE,
     DEFAULT_INDEX,
     FORMAT_VERSION,
-    LOCK_FILE,
     MANIFEST_FILE,
     REBUILD_HINT,
     RERANK_FACTOR,
@@ -44,13 +41,10 @@ from openbook.index.kb.layout import (
     EncodePassages,
     _check_batch_size,
     _check_encoder_info,
-    _check_replaceable,
     _check_version,
-    _locked,
     _verify_files,
     _version_entry,
     check_encoder_matches,
-    partial_dir,
     read_manifest,
 )
 from openbook.index.store import PassageStore, check_dtype
@@ -97,6 +91,7 @@ class KnowledgeBase:
         resume: bool = False,
         description: str | None = None,
         source_info: dict[str, Any] | None = None,
+        replace: bool = False,
     ) -> KnowledgeBase:
         """Encode ``passages`` in batches, index them and write a knowledge base to ``out_dir``.
 
@@ -112,10 +107,12 @@ class KnowledgeBase:
         With ``resume`` the build state lives in ``<out_dir>.partial`` and survives a crash or an
         interrupt; building again with the same options and input continues after the last completed
         batch. ``source_info`` (JSON) describes the input: it is part of the options that must match and
-        is kept in the manifest. The result appears at ``out_dir`` atomically, replacing an existing
-        knowledge base only once complete. A progress bar goes to stderr unless ``progress`` is false.
+        is kept in the manifest. The result appears at ``out_dir`` atomically. An existing knowledge base
+        there is replaced (once the new one is complete) only with ``replace``, and never if the folder
+        holds other files; it is locked against edits meanwhile. A progress bar goes to stderr unless
+        ``progress`` is false.
         """
-        out_dir = Path(out_dir)
+        out_dir = check_out_dir(out_dir)
         _check_encoder_info(encoder_info)
         _check_batch_size(batch_size)
         dtype = check_dtype(dtype).name
@@ -123,32 +120,12 @@ class KnowledgeBase:
         index_params = _check_index_params(index_params)
         errors = on_error if isinstance(on_error, RecordErrors) else RecordErrors(on_error)
         source_info = _check_index_params(source_info)
-        _check_replaceable(out_dir)
         config = {
             "format_version": FORMAT_VERSION, "encoder": encoder_info, "batch_size": batch_size, "dtype": dtype,
             "index": {"type": kind.type_name, "params": index_params}, "source": source_info,
         }
-        work = partial_dir(out_dir) if resume else make_temp_dir_next_to(out_dir)
-        work.mkdir(parents=True, exist_ok=True)
-        build = _Build(work, config, encode_passages, encoder_info, errors, progress, description)
-        keep = resume  # a resumable build keeps its state unless it finishes (or had nothing worth keeping)
-        try:
-            with _locked(work / LOCK_FILE, f"build directory {work}"):
-                try:
-                    build.run(passages)
-                except InputError as exc:
-                    if resume and build.rows:
-                        raise InputError(
-                            f"{exc} ({build.rows} passages already encoded are kept in {work}: fix the input "
-                            f"and run the same build again to continue)"
-                        ) from None
-                    keep = False
-                    raise
-                replace_dir(work / _STAGE_DIR, out_dir)
-                keep = False
-        finally:
-            if not keep:
-                shutil.rmtree(work, ignore_errors=True)
+        build_args = (config, encode_passages, encoder_info, errors, progress, description)
+        build_and_publish(out_dir, build_args, passages, resume, replace)
         return cls.load(out_dir)
 
     @classmethod

@@ -3,6 +3,7 @@ resumable after a crash (``<DIR>.partial``), then indexing them and writing the 
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import os
 import shutil
@@ -14,11 +15,17 @@ from typing import Any
 import numpy as np
 from tqdm import tqdm
 
-from openbook.atomic import fsync_path
+from openbook.atomic import fsync_path, make_temp_dir_next_to, replace_dir, temp_name_of
 from openbook.corpus import Passage
 from openbook.corpus.readers import RecordErrors, SourcePassage
 from openbook.errors import InputError, KnowledgeBaseError
 from openbook.index.dense import as_float32_matrix, index_class
+from openbook.index.kb.folder import (
+    _locked,
+    check_replaceable,
+    clean_leftovers,
+    partial_dir,
+)
 from openbook.index.kb.indexing import _create_index, _index_record
 from openbook.index.kb.layout import (
     _PROGRESS_FILE,
@@ -81,29 +88,46 @@ def _check_declared_dim(encoder_info: dict[str, Any], dim: int) -> None:
 
 
 class _Appender:
-    """Append batches of new passages to a store + embeddings file: dedupe ids, encode, write, commit."""
+    """Append batches of new passages to a store + embeddings file: dedupe ids, encode, write, commit.
+
+    Rows from ``input_start`` on (default: ``rows``, the first new row) hold passages of this input, so a
+    duplicate id there is the input's fault, and one below it the knowledge base's.
+    """
 
     def __init__(self, store: PassageStore, encode: EncodePassages, errors: RecordErrors, version: int,
                  batch_size: int, rows: int, writer: EmbeddingsWriter | None, make_writer: Callable[[int], EmbeddingsWriter],
-                 after_batch: Callable[[int], None] = lambda rows: None, bar=None):
+                 after_batch: Callable[[int], None] = lambda rows: None, bar=None, input_start: int | None = None):
         self.store, self.encode, self.errors, self.version = store, encode, errors, version
         self.batch_size, self.rows, self.writer, self.make_writer = batch_size, rows, writer, make_writer
         self.after_batch, self.bar = after_batch, bar
+        self.input_start = rows if input_start is None else input_start
         self.pending: list[Passage] = []
-        self.pending_ids: set[str] = set()
+        self.pending_ids: dict[str, str] = {}  # id -> where it was read, for the current batch
 
     def feed(self, items: Iterable[SourcePassage]) -> None:
         for item in items:
             pid = item.passage.id
-            if pid in self.pending_ids or self.store.live_rows([pid]):
-                self.errors(item.where, f"duplicate passage id {pid!r}: the knowledge base already has a passage "
-                                        f"with this id (use `openbook kb update` to change it)")
+            problem = self.duplicate(pid)
+            if problem is not None:
+                self.errors(item.where, problem)
                 continue
             self.pending.append(item.passage)
-            self.pending_ids.add(pid)
+            self.pending_ids[pid] = item.where
             if len(self.pending) == self.batch_size:
                 self.flush()
         self.flush()
+
+    def duplicate(self, pid: str) -> str | None:
+        """Why ``pid`` cannot be added (an earlier passage of the input or of the knowledge base has it), or None."""
+        if pid in self.pending_ids:
+            return f"duplicate passage id {pid!r}: the input already has a passage with this id (at {self.pending_ids[pid]})"
+        row = self.store.live_rows([pid]).get(pid)
+        if row is None:
+            return None
+        if row >= self.input_start:
+            return f"duplicate passage id {pid!r}: an earlier passage of the input has this id (passage ids must be unique)"
+        return (f"duplicate passage id {pid!r}: the knowledge base already has a passage with this id "
+                f"(use `openbook kb update` to change it)")
 
     def flush(self) -> None:
         if not self.pending:
@@ -117,7 +141,7 @@ class _Appender:
         with self.store.transaction():
             self.store.insert(self.rows, batch, self.version)
         self.rows += len(batch)
-        self.pending, self.pending_ids = [], set()
+        self.pending, self.pending_ids = [], {}
         self.after_batch(self.rows)
         if self.bar is not None:
             self.bar.update(len(batch))
@@ -145,6 +169,7 @@ class _Build:
 
     def prepare(self) -> dict[str, Any]:
         """Check or (re)start the saved state; return the progress record."""
+        self.remove_temporaries()
         state = _read_json(self.work / _STATE_FILE)
         progress = _read_json(self.work / _PROGRESS_FILE)
         if state is not None and state != self.config:
@@ -156,6 +181,15 @@ class _Build:
             _write_json(self.work / _STATE_FILE, self.config)
             progress = None
         return progress if isinstance(progress, dict) else {"phase": "encoding", "rows": 0}
+
+    def remove_temporaries(self) -> None:
+        """Delete temporary files a killed build left in the work directory or the stage (never published)."""
+        for folder in (self.work, self.stage):
+            for entry in folder.iterdir() if folder.is_dir() else ():
+                if temp_name_of(entry.name) is not None and entry.is_dir():
+                    shutil.rmtree(entry)
+                elif temp_name_of(entry.name) is not None:
+                    entry.unlink()
 
     def reset(self) -> None:
         for entry in self.work.iterdir():
@@ -276,7 +310,7 @@ class _Build:
         with tqdm(initial=self.rows, unit="passage", desc="encoding passages", disable=not self.progress,
                   file=sys.stderr) as bar:
             appender = _Appender(store, self.encode, self.errors, 1, batch, self.rows, writer, make_writer,
-                                 after_batch, bar)
+                                 after_batch, bar, input_start=0)
             appender.feed(items)
         if self.rows == 0:
             raise InputError("no passages to index: the passage input is empty"
@@ -298,7 +332,7 @@ class _Build:
         embeddings = map_embeddings(self.stage / EMBEDDINGS_FILE, dtype, rows, dim)
         kind = index_class(self.config["index"]["type"])
         index = _create_index(kind, self.config["index"]["params"], embeddings, self.progress)
-        index.save(self.stage / INDEX_FILE)
+        self.publish_into_stage(INDEX_FILE, index.save)
         del embeddings
         store = PassageStore.open(self.stage / STORE_FILE)
         try:
@@ -342,6 +376,55 @@ class _Build:
                 "skipped_examples": self.errors.examples,
             },
         }
-        _write_json(self.stage / MANIFEST_FILE, manifest)
+        self.publish_into_stage(MANIFEST_FILE, lambda path: _write_json(path, manifest))
+        fsync_path(self.stage)
+
+    def publish_into_stage(self, name: str, write: Callable[[Path], None]) -> None:
+        """Write the file ``name`` in the work directory, then move it into the stage: the stage (which
+        becomes the knowledge base) never holds a temporary file, even if the process is killed."""
+        write(self.work / name)
+        os.replace(self.work / name, self.stage / name)
 
 
+
+
+def build_and_publish(out_dir: Path, build_args: tuple, passages, resume: bool, replace: bool) -> None:
+    """Run a :class:`_Build` (``build_args`` after its work directory) and publish it at ``out_dir``.
+
+    An existing knowledge base at ``out_dir`` is replaced only if ``replace`` (and holds nothing else);
+    it stays locked, as for an edit, from the start of the build to its replacement. Leftovers of
+    killed builds and edits are removed first. With ``resume`` the work directory is ``<out_dir>.partial``.
+    """
+    with contextlib.ExitStack() as held:
+        out_locked = check_replaceable(out_dir, replace)
+
+        def lock_out() -> None:
+            held.enter_context(_locked(out_dir / LOCK_FILE, f"knowledge base {out_dir}"))
+            check_replaceable(out_dir, replace)  # again, now that no other openbook process can change it
+
+        if out_locked:
+            lock_out()
+        clean_leftovers(out_dir)
+        work = partial_dir(out_dir) if resume else make_temp_dir_next_to(out_dir)
+        work.mkdir(parents=True, exist_ok=True)
+        build = _Build(work, *build_args)
+        keep = resume  # a resumable build keeps its state unless it finishes (or had nothing worth keeping)
+        try:
+            with _locked(work / LOCK_FILE, f"build directory {work}"):
+                try:
+                    build.run(passages)
+                except InputError as exc:
+                    if resume and build.rows:
+                        raise InputError(
+                            f"{exc} ({build.rows} passages already encoded are kept in {work}: fix the input "
+                            f"and run the same build again to continue)"
+                        ) from None
+                    keep = False
+                    raise
+                if not out_locked and check_replaceable(out_dir, replace):  # built by another process meanwhile
+                    lock_out()
+                replace_dir(work / _STAGE_DIR, out_dir)
+                keep = False
+        finally:
+            if not keep:
+                shutil.rmtree(work, ignore_errors=True)

@@ -18,6 +18,7 @@ from openbook.corpus.readers import RecordErrors, SourcePassage
 from openbook.errors import InputError, KnowledgeBaseError
 from openbook.index.dense import DenseIndex
 from openbook.index.kb.build import _Appender, _source_items
+from openbook.index.kb.folder import _locked, clean_leftovers
 from openbook.index.kb.indexing import _index_record, _load_index
 from openbook.index.kb.layout import (
     ADD_CHUNK_ROWS,
@@ -29,7 +30,6 @@ from openbook.index.kb.layout import (
     _check_batch_size,
     _check_version,
     _file_entry,
-    _locked,
     _now,
     _segment,
     _version_entry,
@@ -77,6 +77,7 @@ def _edit(path: Path, action: str) -> Iterator[tuple[dict[str, Any], PassageStor
     path = Path(path)
     manifest = read_manifest(path)
     with _locked(path / LOCK_FILE, f"knowledge base {path}"):
+        clean_leftovers(path)
         manifest = read_manifest(path)
         if manifest["current_version"] != manifest["latest_version"]:
             raise KnowledgeBaseError(
@@ -278,6 +279,7 @@ def use_version(path, version: int) -> dict[str, Any]:
     path = Path(path)
     read_manifest(path)
     with _locked(path / LOCK_FILE, f"knowledge base {path}"):
+        clean_leftovers(path)
         manifest = read_manifest(path)
         version = _check_version(path, manifest, version)
         manifest = {**manifest, "current_version": version,

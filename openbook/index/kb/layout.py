@@ -3,11 +3,11 @@ files (sizes and checksums), locking and encoder identity. The format is describ
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
 import os
-from collections.abc import Callable, Iterator
+import re
+from collections.abc import Callable
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -23,6 +23,7 @@ FORMAT_VERSION = 2
 STORE_FILE = "passages.sqlite"
 EMBEDDINGS_FILE = "embeddings.npy"
 INDEX_FILE = "index.faiss"
+INDEX_FILE_PATTERN = re.compile(r"index(\.v[0-9]+)?\.faiss")  # index.faiss, after edits index.v<N>.faiss
 MANIFEST_FILE = "manifest.json"
 LOCK_FILE = ".lock"
 PARTIAL_SUFFIX = ".partial"
@@ -30,8 +31,9 @@ CHECKSUM_AUTO_MAX_BYTES = 256 * 1024 * 1024
 VERIFY_MODES = ("auto", "full", "size")
 DEFAULT_INDEX = "flat"
 DEFAULT_DTYPE = "float32"
-# Encoder properties that must agree between the knowledge base and the query encoder.
-ENCODER_IDENTITY_KEYS = ("name", "pooling", "normalize", "dim")
+# Encoder properties that must agree between the knowledge base and the query encoder (those recorded on
+# both sides: knowledge bases built before the weights' fingerprint existed are checked by name only).
+ENCODER_IDENTITY_KEYS = ("name", "pooling", "normalize", "dim", "weights_sha256")
 BUILD_HINT = "build one with `openbook kb build SOURCE --out DIR` or openbook.index.KnowledgeBase.build()"
 REBUILD_HINT = "rebuild it with `openbook kb build SOURCE --out DIR`"
 ADD_CHUNK_ROWS = 65_536  # rows read from embeddings.npy at a time while filling an index
@@ -87,7 +89,7 @@ def _read_json(path: Path) -> Any:
 
 
 def describe_encoder(encoder: dict[str, Any]) -> str:
-    """One-line description of an encoder dict, e.g. ``'A' (mean pooling, normalized, dim 384)``."""
+    """One-line description of an encoder dict, e.g. ``'A' (mean pooling, normalized, dim 384, weights sha256 ...)``."""
     details = []
     if "pooling" in encoder:
         details.append(f"{encoder['pooling']} pooling")
@@ -95,6 +97,8 @@ def describe_encoder(encoder: dict[str, Any]) -> str:
         details.append("normalized" if encoder["normalize"] else "not normalized")
     if "dim" in encoder:
         details.append(f"dim {encoder['dim']}")
+    if isinstance(encoder.get("weights_sha256"), str):
+        details.append(f"weights sha256 {encoder['weights_sha256'][:12]}")
     name = repr(encoder.get("name", "<unnamed>"))
     return f"{name} ({', '.join(details)})" if details else name
 
@@ -113,46 +117,8 @@ def check_encoder_matches(kb_path: Path, built_with: dict[str, Any], expected: d
         )
 
 
-def partial_dir(out_dir: str | os.PathLike) -> Path:
-    """Where a resumable build of ``out_dir`` keeps its state: ``<out_dir>.partial``."""
-    out_dir = Path(out_dir)
-    return out_dir.with_name(out_dir.name + PARTIAL_SUFFIX)
-
-
-@contextlib.contextmanager
-def _locked(lock_path: Path, what: str) -> Iterator[None]:
-    """Hold an exclusive advisory lock on ``lock_path`` (POSIX); KnowledgeBaseError if another holds it."""
-    try:
-        import fcntl
-    except ImportError:  # pragma: no cover - not POSIX: no locking
-        yield
-        return
-    handle = open(lock_path, "a+")
-    try:
-        try:
-            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
-            raise KnowledgeBaseError(f"{what} is busy: another openbook process is changing it") from None
-        yield
-    finally:
-        handle.close()
-
-
 # ---------------------------------------------------------------------------------------------------
 # manifest and files
-
-
-def _check_replaceable(out_dir: Path) -> None:
-    """Refuse to build over anything that is not a directory that is empty or holds a knowledge base."""
-    if not out_dir.exists():
-        return
-    if not out_dir.is_dir():
-        raise KnowledgeBaseError(f"cannot build knowledge base {out_dir}: it exists and is not a directory")
-    if any(out_dir.iterdir()) and not (out_dir / MANIFEST_FILE).is_file():
-        raise KnowledgeBaseError(
-            f"refusing to replace {out_dir}: it exists and is not a knowledge base (no {MANIFEST_FILE}); "
-            f"choose another output directory or remove it"
-        )
 
 
 def _check_encoder_info(encoder_info: dict[str, Any]) -> None:
@@ -244,6 +210,11 @@ def _check_manifest_fields(manifest_path: Path, manifest: dict[str, Any]) -> Non
     if not (isinstance(index.get("type"), str) and isinstance(index.get("file"), str)
             and isinstance(index.get("params"), dict)):
         raise KnowledgeBaseError(f"{manifest_path} is corrupt: bad 'index' entry; rebuild the knowledge base")
+    if not INDEX_FILE_PATTERN.fullmatch(index["file"]):
+        _bad_file_name(manifest_path, index["file"])
+    for name in manifest["files"]:
+        if name not in (STORE_FILE, EMBEDDINGS_FILE) and not INDEX_FILE_PATTERN.fullmatch(name):
+            _bad_file_name(manifest_path, name)
     for name in (STORE_FILE, index["file"]):
         entry = manifest["files"].get(name)
         if not (isinstance(entry, dict) and isinstance(entry.get("bytes"), int)
@@ -261,6 +232,15 @@ def _check_manifest_fields(manifest_path: Path, manifest: dict[str, Any]) -> Non
         raise KnowledgeBaseError(f"{manifest_path} is corrupt: bad version history; rebuild the knowledge base")
     if not 1 <= manifest["current_version"] <= manifest["latest_version"]:
         raise KnowledgeBaseError(f"{manifest_path} is corrupt: bad current_version; rebuild the knowledge base")
+
+
+def _bad_file_name(manifest_path: Path, name: str) -> None:
+    """A file name in the manifest that is not one of the knowledge base's own (``../victim.faiss``)."""
+    raise KnowledgeBaseError(
+        f"{manifest_path} is corrupt: it names the file {name!r}, which is not a knowledge-base file "
+        f"({STORE_FILE}, {EMBEDDINGS_FILE}, index.faiss or index.v<N>.faiss inside the folder); rebuild the "
+        f"knowledge base"
+    )
 
 
 def _data_files(manifest: dict[str, Any]) -> list[str]:
