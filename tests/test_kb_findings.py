@@ -317,3 +317,16 @@ def test_duplicate_id_already_in_the_knowledge_base_blames_it(tmp_path):
         add_passages(kb.path, [Passage("n", "N", "one"), Passage("n", "N", "two")], encode)
     assert np.array_equal(KnowledgeBase.load(kb.path).embeddings, kb.embeddings)
     assert ENCODER.info()["name"] == "fake/bow"
+
+
+def test_demo_knowledge_base_of_an_older_format_is_rebuilt_in_the_cache(tmp_path, monkeypatch):
+    from openbook.rag import assemble
+
+    monkeypatch.setattr(assemble, "cache_dir", lambda: tmp_path)
+    encoder = test_kb_cli.BowEncoder("fake/bow")
+    old = assemble.demo_kb_dir(encoder)
+    old.mkdir(parents=True)
+    (old / MANIFEST_FILE).write_text(json.dumps({"format_version": 1}), encoding="utf-8")
+    (old / "passages.jsonl").write_text("{}\n", encoding="utf-8")  # format 1 kept its passages here
+    kb = assemble.demo_knowledge_base(encoder, progress=False)
+    assert kb.path == old and len(kb) > 0 and not (old / "passages.jsonl").exists()
