@@ -330,3 +330,20 @@ def test_demo_knowledge_base_of_an_older_format_is_rebuilt_in_the_cache(tmp_path
     (old / "passages.jsonl").write_text("{}\n", encoding="utf-8")  # format 1 kept its passages here
     kb = assemble.demo_knowledge_base(encoder, progress=False)
     assert kb.path == old and len(kb) > 0 and not (old / "passages.jsonl").exists()
+
+
+def test_a_lock_file_replaced_while_it_is_taken_guards_nothing(tmp_path, monkeypatch):
+    import fcntl
+
+    lock = tmp_path / ".lock"
+    real_flock = fcntl.flock
+
+    def flock_then_replaced(handle, flags):  # a build renamed the whole folder meanwhile
+        real_flock(handle, flags)
+        replacement = tmp_path / "new-lock"
+        replacement.touch()
+        os.replace(replacement, lock)
+
+    monkeypatch.setattr(fcntl, "flock", flock_then_replaced)
+    with pytest.raises(KnowledgeBaseError, match="was replaced"), _locked(lock, "knowledge base x"):
+        pass

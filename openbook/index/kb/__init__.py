@@ -11,7 +11,8 @@ Nothing is held in memory in full: the store answers ``get(rows)`` from disk, th
 read-only memory map, and the index is memory-mapped where FAISS allows (``load(mmap=True)``).
 
 **Manifest.** ``format_version``; ``encoder`` (the dict the builder passed, e.g. name, pooling, normalize,
-dim; compared with the query encoder on load); ``dim`` and ``dtype`` of the vectors; ``index`` (``type``,
+dim and ``weights_sha256``, a fingerprint of the encoder's weights; the keys present on both sides are
+compared with the query encoder on load); ``dim`` and ``dtype`` of the vectors; ``index`` (``type``,
 ``params``, ``file``) and ``index_type``; ``num_rows`` (rows in the store, embeddings and index);
 ``num_passages`` (passages visible at the current version); ``files`` (size and sha256 of each data
 file; for ``embeddings.npy`` one sha256 per appended segment of rows, so an edit hashes only what it
@@ -38,12 +39,21 @@ does not grow with the corpus (except the index itself, as FAISS holds it). With
 ``openbook kb build`` command) the build state is kept in ``<DIR>.partial/``, with a progress file
 written atomically after each batch; running the same build again continues after the last completed
 batch and produces the same bytes as an uninterrupted build. Only the final rename publishes the
-knowledge base, so an interrupted build never leaves a half-written one at ``DIR``.
+knowledge base, so an interrupted build never leaves a half-written one at ``DIR``. A build replaces an
+existing knowledge base only when asked (``replace=True``, ``kb build --force``), holding its lock (the
+one edits take) until the replacement, and never a folder that also holds other files.
 
-**Modules.** :mod:`~openbook.index.kb.layout` (file names, manifest, checksums, locking),
+**Leftovers.** A killed build or edit may leave temporary names of :mod:`openbook.atomic` behind
+(``.manifest.json.tmp-*`` inside, ``.<DIR>.building-*`` or ``.<DIR>.old-*`` beside the folder): the next
+build or edit removes them once it holds the lock. A build writes its temporary files beside its stage,
+so none is ever published.
+
+**Modules.** :mod:`~openbook.index.kb.layout` (file names, manifest, checksums, encoder identity),
+:mod:`~openbook.index.kb.folder` (the lock, what a build may replace, leftovers of killed processes),
 :mod:`~openbook.index.kb.indexing` (creating, loading and searching the dense index),
-:mod:`~openbook.index.kb.build` (resumable builds), :mod:`~openbook.index.kb.edit` (crash-safe edits and
-versions) and :mod:`~openbook.index.kb.api` (the :class:`KnowledgeBase` object).
+:mod:`~openbook.index.kb.append` (encoding and appending new passages), :mod:`~openbook.index.kb.build`
+(resumable builds), :mod:`~openbook.index.kb.edit` (crash-safe edits and versions) and
+:mod:`~openbook.index.kb.api` (the :class:`KnowledgeBase` object).
 
 Integrity checks on load (``verify``): ``"auto"`` (default) checks that every file is present with its
 recorded size (which catches truncation) and verifies the sha256 of files (and embedding segments) up

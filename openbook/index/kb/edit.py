@@ -17,7 +17,7 @@ from openbook.corpus import Passage
 from openbook.corpus.readers import RecordErrors, SourcePassage
 from openbook.errors import InputError, KnowledgeBaseError
 from openbook.index.dense import DenseIndex
-from openbook.index.kb.build import _Appender, _source_items
+from openbook.index.kb.append import _Appender, _source_items
 from openbook.index.kb.folder import _locked, clean_leftovers
 from openbook.index.kb.indexing import _index_record, _load_index
 from openbook.index.kb.layout import (
