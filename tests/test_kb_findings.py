@@ -347,3 +347,15 @@ def test_a_lock_file_replaced_while_it_is_taken_guards_nothing(tmp_path, monkeyp
     monkeypatch.setattr(fcntl, "flock", flock_then_replaced)
     with pytest.raises(KnowledgeBaseError, match="was replaced"), _locked(lock, "knowledge base x"):
         pass
+
+
+def test_restart_never_deletes_the_state_of_a_running_build(capsys, tmp_path, corpus_dir, encoders):
+    out = tmp_path / "kb"
+    partial = partial_dir(out)
+    partial.mkdir()
+    (partial / "build-state.json").write_text("{}", encoding="utf-8")
+    with _locked(partial / ".lock", "a running build"):
+        code, _, err = run(capsys, "kb", "build", corpus_dir / "articles.jsonl", "--out", out, "--quiet", "--restart")
+    assert code != 0 and "busy" in one_error_line(err) and (partial / "build-state.json").is_file()
+    build_kb(capsys, corpus_dir, out, "--restart")
+    assert not partial.exists() and len(KnowledgeBase.load(out)) == 6

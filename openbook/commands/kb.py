@@ -223,7 +223,8 @@ def _cmd_build(args: argparse.Namespace) -> int:
         parse_index_params,
         partial_dir,
     )
-    from openbook.index.kb.folder import check_out_dir, check_replaceable
+    from openbook.index.kb.folder import _locked, check_out_dir, check_replaceable
+    from openbook.index.kb.layout import LOCK_FILE
 
     # Everything that can be checked without the encoder is checked first (fails in milliseconds).
     sources = check_sources(args.sources)
@@ -231,8 +232,9 @@ def _cmd_build(args: argparse.Namespace) -> int:
     kind = index_class(args.index)
     out = check_out_dir(args.out)
     check_replaceable(out, args.force)
-    if args.restart:
-        shutil.rmtree(partial_dir(out), ignore_errors=True)
+    if args.restart and partial_dir(out).is_dir():
+        with _locked(partial_dir(out) / LOCK_FILE, f"build directory {partial_dir(out)}"):  # not a running build's
+            shutil.rmtree(partial_dir(out), ignore_errors=True)
     encoder = load_encoder(args.encoder)
     errors = _record_errors(args.on_error)
     names = ", ".join(str(s) for s in args.sources)
