@@ -6,6 +6,7 @@ and then renamed into place with :func:`os.replace`, which is atomic on POSIX an
 
 import contextlib
 import os
+import re
 import shutil
 import uuid
 from collections.abc import Iterator
@@ -26,9 +27,23 @@ def fsync_path(path: str | os.PathLike) -> None:
         os.close(fd)
 
 
+_TEMP_NAME = re.compile(r"\.(?P<name>.+)\.(?P<purpose>[a-z]+)-[0-9a-f]{12}")
+
+
 def _sibling_name(path: Path, purpose: str) -> Path:
     """A fresh hidden name ``.<name>.<purpose>-<random>`` in the directory of ``path``."""
     return path.with_name(f".{path.name}.{purpose}-{uuid.uuid4().hex[:12]}")
+
+
+def temp_name_of(name: str) -> str | None:
+    """The name that a temporary name made here stands in for (``.x.tmp-1a2b3c4d5e6f`` -> ``x``), else None.
+
+    A process killed at the wrong moment leaves such names behind (``.<name>.tmp-*`` files of
+    :func:`atomic_output`, ``.<name>.building-*`` and ``.<name>.old-*`` directories); whoever owns
+    ``<name>`` can recognise and remove them.
+    """
+    match = _TEMP_NAME.fullmatch(name)
+    return match.group("name") if match else None
 
 
 @contextlib.contextmanager

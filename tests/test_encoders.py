@@ -13,6 +13,7 @@ from transformers import AutoTokenizer, BertModel, DPRContextEncoder, DPRQuestio
 
 from openbook.errors import InputError, ModelLoadError
 from openbook.models import Encoder, load_encoder
+from openbook.models.encoders import weights_fingerprint
 
 QUESTIONS = ["who wrote hamlet ?", "the capital of france", "when was the first nobel prize in physics"]
 PASSAGES = [
@@ -162,6 +163,7 @@ def test_generic_bert_uses_cls_pair_and_info(bert_dir):
         "normalize": False,
         "dim": 32,
         "passage_format": "pair",
+        "weights_sha256": weights_fingerprint(encoder.model),
     }
     assert encoder.max_length == 64  # capped by the tiny model's position embeddings
     overridden = Encoder.from_pretrained(bert_dir, pooling="mean", normalize=True, max_length=20)
@@ -191,7 +193,8 @@ def test_bfloat16_encoding_is_close_to_float32(bert):
 
 def test_packaged_minilm_gives_unit_384_vectors_and_ranks_similar_text_higher():
     encoder = load_encoder("minilm")
-    expected = {"name": "minilm", "pooling": "mean", "normalize": True, "dim": 384, "passage_format": "joined"}
+    expected = {"name": "minilm", "pooling": "mean", "normalize": True, "dim": 384, "passage_format": "joined",
+                "weights_sha256": weights_fingerprint(encoder.model)}
     assert encoder.info() == expected
     queries = encoder.encode_queries(["Who wrote Hamlet?", "What is the capital of France?"])
     passages = encoder.encode_passages(

@@ -158,7 +158,7 @@ def test_kb_search_finds_the_right_passage(kb):
 
 def test_kb_search_clamps_k_with_warning(kb):
     with pytest.warns(UserWarning, match=rf"k=50 .* only {len(PASSAGES)}"):
-        scores, indices = kb.search(hashed_bow(["moon"]), 50)
+        _, indices = kb.search(hashed_bow(["moon"]), 50)
     assert indices.shape == (1, len(PASSAGES))
 
 
@@ -181,7 +181,10 @@ def test_kb_build_from_a_generator(tmp_path):
 
 
 def test_kb_rebuild_replaces_existing(kb):
-    rebuilt = build(kb.path, passages=PASSAGES[:2])
+    with pytest.raises(KnowledgeBaseError, match="already holds a knowledge base.*--force"):
+        build(kb.path, passages=PASSAGES[:2])  # replacing loses the version history: only when asked
+    assert len(KnowledgeBase.load(kb.path)) == len(PASSAGES)
+    rebuilt = build(kb.path, passages=PASSAGES[:2], replace=True)
     assert len(rebuilt) == 2 and len(KnowledgeBase.load(kb.path)) == 2
     assert entries(kb.path.parent) == ["kb"]
 
@@ -236,9 +239,10 @@ def test_interrupted_rebuild_keeps_previous_kb(kb, tmp_path):
     before = {name: (kb.path / name).read_bytes() for name in entries(kb.path)}
     more = [Passage(f"{p.id}/{copy}", p.title, p.text) for copy in range(3) for p in PASSAGES]
     with pytest.raises(EncoderCrash):
-        build(kb.path, passages=more, encode=crash_on_second_batch())
+        build(kb.path, passages=more, encode=crash_on_second_batch(), replace=True)
     assert entries(tmp_path) == ["kb"]
-    assert {name: (kb.path / name).read_bytes() for name in entries(kb.path)} == before
+    after = {name: (kb.path / name).read_bytes() for name in entries(kb.path) if name != ".lock"}
+    assert after == before  # untouched but for the (empty) lock file the build held meanwhile
     assert list(KnowledgeBase.load(kb.path)) == PASSAGES
 
 

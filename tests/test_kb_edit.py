@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 
-import openbook.index.kb as kb_module
+import openbook.index.kb.edit as kb_module
 from openbook.corpus import Passage, RecordErrors, SourcePassage
 from openbook.errors import InputError, KnowledgeBaseError
 from openbook.index import KnowledgeBase

@@ -182,7 +182,8 @@ def run_hot_swap_command(args: argparse.Namespace) -> int:
         encoder = load_encoder(spec["encoder"])
     else:
         encoder = load_encoder(args.encoder or "default")
-    build = lambda passages, path: build_knowledge_base(passages, encoder, path, progress=False)
+    build = lambda passages, path: build_knowledge_base(  # noqa: E731 - rerunning replaces the indexes of --out
+        passages, encoder, path, progress=False, replace=True)
     probe = build(_probe_passage(), out / "kb-probe")  # the model starts on this; each era's index replaces it
     if args.run:  # the run's own knowledge base is never loaded
         rag = load_model(run=args.run, kb=probe, model=args.model)

@@ -18,6 +18,7 @@ import sys
 import warnings
 from pathlib import Path
 from typing import Any
+
 from openbook.commands import positive_int
 
 ENCODE_BATCH = 64  # texts per forward pass of the encoder (within one --batch-size batch)
@@ -67,7 +68,9 @@ def _register_build(actions) -> None:
             "  *.parquet        columns title/text or contents (and optionally id)\n"
             "  folder, *.txt, *.md  text files; title = first Markdown heading or the file name\n"
             "If the build is interrupted, running the same command again continues after the last\n"
-            "completed batch (the state is kept in DIR.partial). DIR appears only once complete."
+            "completed batch (the state is kept in DIR.partial). DIR appears only once complete; an\n"
+            "existing knowledge base at DIR is replaced only with --force (and locked against edits\n"
+            "meanwhile), a folder holding anything else never."
         ),
         epilog=(
             "examples:\n"
@@ -92,6 +95,9 @@ def _register_build(actions) -> None:
                        help="how the document vectors are stored (default: %(default)s; float16 halves the size)")
     build.add_argument("--batch-size", type=positive_int, default=256, metavar="N",
                        help="passages encoded and saved per batch, the unit of resuming (default: %(default)s)")
+    build.add_argument("--force", action="store_true",
+                       help="replace the knowledge base already at DIR (its versions are lost); without it, a build "
+                            "never replaces one")
     build.add_argument("--restart", action="store_true",
                        help="discard the state of an interrupted build of DIR instead of continuing it")
     build.add_argument("--quiet", action="store_true", help="no progress bars")
@@ -211,16 +217,24 @@ def _edited(path: Path, version: int) -> int:
 def _cmd_build(args: argparse.Namespace) -> int:
     from openbook.corpus import check_sources, iter_source_passages
     from openbook.index.dense import index_class
-    from openbook.index.kb import KnowledgeBase, _check_replaceable, disk_usage, parse_index_params, partial_dir
+    from openbook.index.kb import (
+        KnowledgeBase,
+        disk_usage,
+        parse_index_params,
+        partial_dir,
+    )
+    from openbook.index.kb.folder import _locked, check_out_dir, check_replaceable
+    from openbook.index.kb.layout import LOCK_FILE
 
     # Everything that can be checked without the encoder is checked first (fails in milliseconds).
     sources = check_sources(args.sources)
     params = parse_index_params(args.index_param)
     kind = index_class(args.index)
-    out = Path(args.out)
-    _check_replaceable(out)
-    if args.restart:
-        shutil.rmtree(partial_dir(out), ignore_errors=True)
+    out = check_out_dir(args.out)
+    check_replaceable(out, args.force)
+    if args.restart and partial_dir(out).is_dir():
+        with _locked(partial_dir(out) / LOCK_FILE, f"build directory {partial_dir(out)}"):  # not a running build's
+            shutil.rmtree(partial_dir(out), ignore_errors=True)
     encoder = load_encoder(args.encoder)
     errors = _record_errors(args.on_error)
     names = ", ".join(str(s) for s in args.sources)
@@ -238,6 +252,7 @@ def _cmd_build(args: argparse.Namespace) -> int:
         resume=True,
         description=f"build from {names}",
         source_info={"sources": [str(s.resolve()) for s in sources], "max_words": args.max_words},
+        replace=args.force,
     )
     manifest = kb.manifest
     print(f"built knowledge base {kb.path}: {len(kb)} passages from {len(sources)} source(s)")
@@ -260,16 +275,13 @@ def _print_summary(manifest: dict, sizes: dict) -> None:
 
 
 def _cmd_info(args: argparse.Namespace) -> int:
-    from openbook.errors import KnowledgeBaseError
-    from openbook.index.kb import _verify_files, disk_usage, read_manifest
+    from openbook.index.kb import disk_usage, read_manifest
+    from openbook.index.kb.layout import _verify_files
 
     path = Path(args.dir)
     manifest = read_manifest(path)
-    try:
-        _verify_files(path, manifest, "size")
-        integrity = "ok (all files present with their recorded sizes)"
-    except KnowledgeBaseError as error:
-        integrity = f"damaged: {error}"
+    _verify_files(path, manifest, "auto")  # what loading it checks: a damaged knowledge base is an error
+    integrity = "ok (files present with their recorded sizes and checksums)"
     sizes = disk_usage(path)
     if args.json:
         record = {

@@ -42,7 +42,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from openbook.corpus.chunking import DEFAULT_MAX_WORDS, check_max_words, chunk_article, split_words
+from openbook.corpus.chunking import (
+    DEFAULT_MAX_WORDS,
+    check_max_words,
+    chunk_article,
+    split_words,
+)
 from openbook.corpus.passages import Passage
 from openbook.errors import InputError
 
@@ -189,7 +194,7 @@ def read_passages(
     """
     check_max_words(max_words)
     for record_no, (lineno, record) in enumerate(_numbered_records(path)):
-        key = record["id"] if "id" in record else record_no
+        key = record.get("id", record_no)
         try:
             passages = passages_from_record(record, f"{id_prefix}{key}", max_words)
         except InputError as exc:
@@ -353,43 +358,50 @@ def _file_error(exc: InputError, errors: RecordErrors) -> None:
 
 
 def _tsv_source(path: Path, max_words: int, errors: RecordErrors) -> Iterator[SourcePassage]:
-    """The DPR ``psgs_w100.tsv`` format: a header row, then ``id<TAB>text<TAB>title`` rows."""
+    """The DPR ``psgs_w100.tsv`` format: a header row, then ``id<TAB>text<TAB>title`` rows, one per line.
+
+    Each line is parsed as DPR parses it (``csv.reader`` with a tab delimiter and the default quoting:
+    ``"a ""quoted"" text"`` is ``a "quoted" text``, a quote inside an unquoted field is kept). A quoted
+    field must end on its own line: an unbalanced ``"`` is a malformed row (``path:line``) instead of
+    swallowing the rows after it.
+    """
     csv.field_size_limit(2**31 - 1)
-    last_line = [0]
-
-    def lines() -> Iterator[str]:
-        for lineno, text in _numbered_lines(path, "a TSV file"):
-            last_line[0] = lineno
-            if text is None:
-                errors(f"{path}:{lineno}", "not UTF-8 text")
-                continue
-            yield text
-
+    columns = None
     try:
-        rows = csv.reader(lines(), delimiter="\t")
-        columns = None
-        while True:
-            start = last_line[0] + 1
-            try:
-                row = next(rows)
-            except StopIteration:
-                break
-            except csv.Error as exc:
-                errors(f"{path}:{start}", f"malformed TSV: {exc}")
+        for lineno, text in _numbered_lines(path, "a TSV file"):
+            where = f"{path}:{lineno}"
+            if text is None:
+                errors(where, "not UTF-8 text")
+                continue
+            row, problem = _tsv_row(text.rstrip("\r\n"))
+            if problem is not None:
+                errors(where, problem)
                 continue
             if not row or row == [""]:
                 continue
             if columns is None:
-                columns = _tsv_columns(path, start, row)
+                columns = _tsv_columns(path, lineno, row)
                 continue
-            where = f"{path}:{start}"
             if len(row) != len(columns):
                 errors(where, f"expected {len(columns)} tab-separated fields ({', '.join(columns)}), got {len(row)}")
                 continue
             record = dict(zip(columns, row))
-            yield from _record_passages(record, f"{path.name}:{start}", where, max_words, errors)
+            yield from _record_passages(record, f"{path.name}:{lineno}", where, max_words, errors)
     except InputError as exc:
         _file_error(exc, errors)
+
+
+def _tsv_row(line: str) -> tuple[list[str], str | None]:
+    """The fields of one TSV line, or a problem: a quoted field that does not end on the line."""
+    reader = csv.reader([line, ""], delimiter="\t")  # a quoted field left open would read on into ""
+    try:
+        row = next(reader, [])
+    except csv.Error as exc:
+        return [], f"malformed TSV: {exc}"
+    if reader.line_num > 1:
+        return [], ('unbalanced double quote: a field that starts with " must end with " on the same line '
+                    '(write a quote inside a quoted field as "")')
+    return row, None
 
 
 def _tsv_columns(path: Path, lineno: int, row: list[str]) -> list[str]:

@@ -25,6 +25,7 @@ of similar length (padding only to the longest text of each batch); results come
 
 from __future__ import annotations
 
+import hashlib
 import json
 import warnings
 from contextlib import contextmanager
@@ -103,6 +104,7 @@ class Encoder(torch.nn.Module):
         self.passage_format = _check_choice("passage_format", passage_format or default_format, PASSAGE_FORMATS)
         self.compute_dtype = _check_choice("dtype", dtype, COMPUTE_DTYPES)
         self.is_dpr = getattr(model.config, "model_type", None) == "dpr"
+        self.weights_sha256 = weights_fingerprint(model)  # of the weights as loaded (training does not change it)
         self.train(model.training)  # start in the wrapped model's mode (eval after from_pretrained)
         if self.is_dpr and pooling == "mean":
             raise InputError(
@@ -192,13 +194,19 @@ class Encoder(torch.nn.Module):
         return int(self.encode_queries(["dimension probe"]).shape[1])
 
     def info(self) -> dict:
-        """Settings that must match between the encoder that built an index and the one querying it."""
+        """Settings that must match between the encoder that built an index and the one querying it.
+
+        ``weights_sha256`` (:func:`weights_fingerprint`) is that of the weights the encoder was loaded
+        with, so the same folder with other weights is told apart, while a query encoder fine-tuned from
+        the document encoder (RAG trains q(x), not d(z)) still matches the knowledge base.
+        """
         return {
             "name": self.name,
             "pooling": self.pooling,
             "normalize": self.normalize,
             "dim": self.dim,
             "passage_format": self.passage_format,
+            "weights_sha256": self.weights_sha256,
         }
 
     # ----------------------------------------------------------------------------------- tokenizing
@@ -316,6 +324,20 @@ def pool(outputs, attention_mask: torch.Tensor, pooling: str) -> torch.Tensor:
         return hidden[:, 0]
     mask = attention_mask.unsqueeze(-1).to(hidden.dtype)
     return (hidden * mask).sum(dim=1) / mask.sum(dim=1).clamp(min=1e-9)
+
+
+def weights_fingerprint(model: torch.nn.Module) -> str:
+    """Hex sha256 over a model's parameters: name, dtype, shape and bytes of each, in name order.
+
+    Buffers are left out (which of them transformers saves varies between its versions); one pass
+    over the weights, about a tenth of a second for MiniLM.
+    """
+    digest = hashlib.sha256()
+    for name, parameter in sorted(model.named_parameters(), key=lambda item: item[0]):
+        tensor = parameter.detach().cpu().contiguous().reshape(-1)
+        digest.update(f"{name}:{tensor.dtype}:{tuple(parameter.shape)};".encode())
+        digest.update(tensor.view(torch.uint8).numpy())
+    return digest.hexdigest()
 
 
 def pad_features(features: list[Features], pad_id: int, side: str = "right") -> dict[str, torch.Tensor]:

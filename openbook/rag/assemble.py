@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 import sys
 from collections.abc import Iterable
 from pathlib import Path
@@ -99,6 +100,8 @@ def demo_knowledge_base(encoder: Encoder, progress: bool = True) -> KnowledgeBas
     path = demo_kb_dir(encoder)
     if stored_format_version(path) == FORMAT_VERSION:  # an older format is rebuilt below
         return KnowledgeBase.load(path, expected_encoder=encoder.info())
+    if path.exists():  # an older format or an unfinished build, in openbook's own cache: build afresh
+        shutil.rmtree(path)
     passages = list(read_passages(demo_passages_path()))
     if progress:
         print(f"openbook: building the demo knowledge base ({len(passages)} passages) in {path} (once)",
