@@ -132,6 +132,11 @@ TASK_FILES = {
         {"id": 2, "verifiable": "NOT VERIFIABLE", "label": "NOT ENOUGH INFO", "claim": "Everest is blue.",
          "evidence": [[[3, None, None, None]]]}]),
                [("Paris is in France.", "true"), ("Everest is blue.", "unknown")]),
+    "kilt": ("nq-dev-kilt.jsonl", "\n".join(json.dumps(r) for r in [
+        {"id": "1", "input": "largest ocean?", "output": [{"answer": "Pacific", "provenance": [{"title": "Ocean"}]},
+                                                          {"provenance": [{"title": "Pacific Ocean"}]}]},
+        {"id": "2", "input": "capital of france?", "output": [{"answer": ""}, {"answer": "Paris"}]}]),
+             [("largest ocean?", "Pacific"), ("capital of france?", "Paris")]),
     "boolq": ("boolq.jsonl", "\n".join(json.dumps(r) for r in [
         {"query": "Passage: Paris is the capital of France.\nQuestion: is paris in france?", "choices": ["no", "yes"],
          "gold": 1}]),
