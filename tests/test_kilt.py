@@ -16,7 +16,8 @@ from openbook.eval.tasks import get_task
 KILT_RECORDS = [
     {"id": "-4496950195393000000", "input": "who wrote the sun also rises",
      "output": [{"answer": "Ernest Hemingway",
-                 "provenance": [{"wikipedia_id": "140354", "title": "The Sun Also Rises", "section": "Section::::Abstract.",
+                 "provenance": [{"wikipedia_id": "140354", "title": "The Sun Also Rises",
+                                 "section": "Section::::Abstract.",
                                  "start_paragraph_id": 1, "start_character": 0, "end_paragraph_id": 1,
                                  "end_character": 210, "bleu_score": 1.0}]},
                 {"answer": "Hemingway"},
@@ -25,8 +26,9 @@ KILT_RECORDS = [
                 {"provenance": [{"wikipedia_id": "13408", "title": "Ernest Hemingway"}]}],  # provenance only
      "meta": {}},
     {"id": 75397, "input": "Nikolaj Coster-Waldau worked with the Fox Broadcasting Company.",
-     "output": [{"answer": "SUPPORTS", "provenance": [{"wikipedia_id": "17436", "title": "Fox Broadcasting Company"},
-                                                      {"wikipedia_id": "17436", "title": "Fox Broadcasting Company"}]}]},
+     "output": [{"answer": "SUPPORTS",
+                 "provenance": [{"wikipedia_id": "17436", "title": "Fox Broadcasting Company"},
+                                {"wikipedia_id": "17436", "title": "Fox Broadcasting Company"}]}]},
     {"input": "Paris [SEP] capital of", "output": [{"answer": "France"}]},  # no id, no provenance
 ]
 

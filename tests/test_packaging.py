@@ -69,7 +69,7 @@ def distribution_of(module: str) -> str:
     if module in KNOWN_DISTRIBUTIONS:
         return _canonical(KNOWN_DISTRIBUTIONS[module])
     distributions = packages_distributions().get(module)
-    assert distributions, f"cannot tell which distribution provides the module {module!r}; add it to KNOWN_DISTRIBUTIONS"
+    assert distributions, f"which distribution provides the module {module!r}? add it to KNOWN_DISTRIBUTIONS"
     return _canonical(distributions[0])
 
 
