@@ -173,6 +173,9 @@ def test_export_never_replaces_a_folder_that_is_not_an_export(folders, tmp_path,
         assert main(["export", str(run), "--out", str(mine), *force]) == 2
         assert (mine / "notes.txt").read_text() == "keep me"
     assert "not empty" in capsys.readouterr().err
+    with pytest.raises(InputError, match="not an openbook export"):  # the Python API is as careful
+        export_transformers(load_run(run), mine, force=True)
+    assert (mine / "notes.txt").read_text() == "keep me"
     assert main(["export", str(run), "--out", str(out)]) == 2  # an earlier export: only with --force
     assert main(["export", str(run), "--out", str(out), "--force", "--json"]) == 0
     report = json.loads(capsys.readouterr().out.strip().splitlines()[-1])

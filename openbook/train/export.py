@@ -53,16 +53,16 @@ def export_run(run_dir: str | os.PathLike, out_dir: str | os.PathLike, format: s
 
     if format not in FORMATS:
         raise InputError(f"unknown export format {format!r}; known: {', '.join(FORMATS)}")
-    out = Path(out_dir)
-    _check_destination(out, force)
-    model = load_run(run_dir)
-    return export_transformers(model, out, label_smoothing=_trained_label_smoothing(run_dir),
+    _check_destination(Path(out_dir), force)  # before the slow part
+    return export_transformers(load_run(run_dir), out_dir, force=force,
+                               label_smoothing=_trained_label_smoothing(run_dir),
                                note={"run": str(Path(run_dir).resolve())})
 
 
-def export_transformers(rag, out_dir: str | os.PathLike, label_smoothing: float = 0.0,
+def export_transformers(rag, out_dir: str | os.PathLike, *, force: bool = False, label_smoothing: float = 0.0,
                         note: dict | None = None) -> Path:
-    """Write ``rag`` (an openbook :class:`~openbook.rag.model.RAG`) as a transformers RAG directory, atomically."""
+    """Write ``rag`` (an openbook :class:`~openbook.rag.model.RAG`) as a transformers RAG directory, atomically
+    (``out_dir`` as in :func:`export_run`)."""
     from transformers import (
         RagConfig,
         RagSequenceForGeneration,
@@ -96,6 +96,7 @@ def export_transformers(rag, out_dir: str | os.PathLike, label_smoothing: float 
     exported.rag.generator.load_state_dict(generator.model.state_dict())
     exported.generation_config = generator.model.generation_config  # forced BOS/EOS, start token
     out = Path(out_dir)
+    _check_destination(out, force)
     tmp = make_temp_dir_next_to(out, "exporting")
     try:
         with quiet_loading():
