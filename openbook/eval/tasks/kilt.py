@@ -33,8 +33,6 @@ class KiltTask(QATask):
     formats = "KILT JSON Lines {id, input, output: [{answer, provenance: [{wikipedia_id, title}]}]}"
 
     def parse_record(self, record: dict[str, Any]) -> Example:
-        if not isinstance(record, dict):
-            raise InputError(f"expected a JSON object, got {type(record).__name__}")
         question = text(record, "input")
         outputs = record.get("output")
         if not isinstance(outputs, list) or not all(isinstance(output, dict) for output in outputs):
