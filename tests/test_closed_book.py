@@ -7,9 +7,11 @@ import json
 
 import pytest
 import torch
+from safetensors.torch import load_file
 
 from openbook.errors import InputError
 from openbook.models.generators import Seq2SeqGenerator
+from openbook.models.weights import load_weights
 from openbook.rag.closed_book import ClosedBook
 from openbook.train import TrainConfig, train
 from test_causal_generator import make_generator
@@ -130,8 +132,8 @@ def test_training_closed_book_lowers_the_loss(tmp_path):
     with torch.no_grad():
         after = float(model.loss(["capital of france"], ["paris"]))
     assert state.step == 2 and after < before, (before, after)
-    saved = torch.load(tmp_path / "run" / "checkpoint" / "model.pt", weights_only=True)
-    assert set(saved) == set(model.state_dict())  # the generator only: no query encoder, no score scale
+    saved = load_file(tmp_path / "run" / "checkpoint" / "model.safetensors")  # tied weights stored once
+    assert set(saved) <= set(model.state_dict()) and all(k.startswith("generator.") for k in saved)
 
 
 # ------------------------------------------------------------------------------------------ load_run
@@ -176,8 +178,8 @@ def test_load_run_rebuilds_the_trained_model(tmp_path, model):
     loaded = load_run(run)
     assert type(loaded).__name__ == ("ClosedBook" if model == "closed-book" else "RAG")
     # the same weights as the trained model in memory, which differ from the untrained ones
-    trained = torch.load(run / "checkpoint" / "model.pt", weights_only=True)
-    assert all(torch.equal(v, trained[k]) for k, v in loaded.state_dict().items())
+    trained = load_file(run / "checkpoint" / "model.safetensors")  # tied weights stored once
+    assert all(torch.equal(loaded.state_dict()[k], v) for k, v in trained.items())
     if model == "closed-book":
         fresh = ClosedBook(Seq2SeqGenerator(*_load_seq2seq(gen_dir)))
     else:
@@ -186,7 +188,7 @@ def test_load_run_rebuilds_the_trained_model(tmp_path, model):
     with torch.no_grad():
         loss = float(loaded.loss(QUESTIONS, ANSWERS))
         assert loss != pytest.approx(float(fresh.loss(QUESTIONS, ANSWERS)))
-        fresh.load_state_dict(trained)
+        load_weights(fresh, run / "checkpoint" / "model.safetensors")
         fresh.eval()
         assert loss == pytest.approx(float(fresh.loss(QUESTIONS, ANSWERS)), rel=1e-6)
     ask = dict(num_beams=2, max_new_tokens=4)

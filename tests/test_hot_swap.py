@@ -73,6 +73,7 @@ def test_hot_swap_with_a_trained_run(tmp_path, monkeypatch, capsys):
     encoder d(z), not with the trained query encoder."""
     import numpy as np
     import torch
+    from safetensors.torch import load_file
     from test_closed_book import save_tiny_models, train_run
 
     import openbook.rag.assemble as assemble
@@ -94,8 +95,8 @@ def test_hot_swap_with_a_trained_run(tmp_path, monkeypatch, capsys):
     report = json.loads((out / "report.json").read_text())
     assert report["model"] == "rag-token" and report["run"] == str(run)
     (rag,) = loaded
-    trained = torch.load(run / "checkpoint" / "model.pt", weights_only=True)
-    assert all(torch.equal(v, trained[k]) for k, v in rag.state_dict().items())
+    trained = load_file(run / "checkpoint" / "model.safetensors")  # tied weights stored once
+    assert all(torch.equal(rag.state_dict()[k], v) for k, v in trained.items())
     untrained = load_encoder(str(enc_dir))
     assert any(not torch.equal(v, untrained.state_dict()[k]) for k, v in rag.query_encoder.state_dict().items())
     kb = KnowledgeBase.load(out / "kb-2018")

@@ -5,17 +5,16 @@ from __future__ import annotations
 
 import json
 
-
 import pytest
 import torch
+from test_rag_model import PASSAGES, tiny_encoder
+from tiny import bart_tokenizer, tiny_bart
 
 from openbook.errors import InputError
 from openbook.models.generators import Seq2SeqGenerator
 from openbook.rag import RAG
 from openbook.rag.assemble import build_knowledge_base
 from openbook.train import TrainConfig, train
-from test_rag_model import PASSAGES, tiny_encoder
-from tiny import bart_tokenizer, tiny_bart
 
 EXAMPLES = [("capital of france", "paris"), ("who wrote the sun rises", "hemingway"),
             ("largest ocean", "pacific"), ("largest mountain", "everest")]
@@ -48,7 +47,7 @@ def test_training_lowers_the_loss_and_moves_both_parts(kb, tmp_path, model):
     with torch.no_grad():
         after = float(rag.loss([x for x, _ in EXAMPLES], [y for _, y in EXAMPLES]))
     assert after < before * 0.7, (before, after)
-    assert state.step == 25 and (tmp_path / "run" / "checkpoint" / "model.pt").is_file()
+    assert state.step == 25 and (tmp_path / "run" / "checkpoint" / "model.safetensors").is_file()
     assert any(not torch.equal(v, params(rag.query_encoder)[k]) for k, v in enc0.items())
     assert any(not torch.equal(v, params(rag.generator)[k]) for k, v in gen0.items())
     assert (kb.embeddings == docs0).all()  # document encoder and index stay frozen
@@ -116,8 +115,8 @@ def test_train_command_end_to_end(kb, tmp_path, capsys):
 
 TASK_FILES = {
     # task: (file name, content in the format of ../shared/data, the (input, target) pairs expected)
-    "curatedtrec": ("trec.tsv", "1\tfactoid\tWhat is the largest ocean?\tPacific( Ocean)?\n"
-                                "2\tfactoid\tWho wrote The Sun Also Rises?\t(Ernest )?Hemingway\n",
+    "curatedtrec": ("trec.tsv", ("1\tfactoid\tWhat is the largest ocean?\tPacific( Ocean)?\n"
+                                "2\tfactoid\tWho wrote The Sun Also Rises?\t(Ernest )?Hemingway\n"),
                     [("What is the largest ocean?", "Pacific Ocean"),
                      ("Who wrote The Sun Also Rises?", "Ernest Hemingway")]),
     "webquestions": ("wq.json", json.dumps([{"qId": "a", "qText": "capital of france?", "answers": ["Paris"]},
@@ -133,6 +132,11 @@ TASK_FILES = {
         {"id": 2, "verifiable": "NOT VERIFIABLE", "label": "NOT ENOUGH INFO", "claim": "Everest is blue.",
          "evidence": [[[3, None, None, None]]]}]),
                [("Paris is in France.", "true"), ("Everest is blue.", "unknown")]),
+    "kilt": ("nq-dev-kilt.jsonl", "\n".join(json.dumps(r) for r in [
+        {"id": "1", "input": "largest ocean?", "output": [{"answer": "Pacific", "provenance": [{"title": "Ocean"}]},
+                                                          {"provenance": [{"title": "Pacific Ocean"}]}]},
+        {"id": "2", "input": "capital of france?", "output": [{"answer": ""}, {"answer": "Paris"}]}]),
+             [("largest ocean?", "Pacific"), ("capital of france?", "Paris")]),
     "boolq": ("boolq.jsonl", "\n".join(json.dumps(r) for r in [
         {"query": "Passage: Paris is the capital of France.\nQuestion: is paris in france?", "choices": ["no", "yes"],
          "gold": 1}]),
@@ -144,10 +148,11 @@ TASK_FILES = {
 def test_train_command_reads_every_task_format(kb, tmp_path, capsys, monkeypatch, task):
     """`openbook train --task T` trains on the formats of ../shared/data through the task's reader (labels
     as one-token targets) and scores the dev set with the task's primary metric."""
+    from test_closed_book import save_tiny_models
+
     import openbook.train as train_module
     from openbook.cli import main
     from openbook.eval.tasks import get_task
-    from test_closed_book import save_tiny_models
 
     name, content, pairs = TASK_FILES[task]
     data = tmp_path / name
@@ -184,9 +189,10 @@ def test_train_command_task_errors_name_the_file(tmp_path, capsys):
 
 def test_train_command_max_context_length_is_kept_by_the_run(kb, tmp_path, capsys):
     """--max-context-length cuts the generator's inputs in training and is restored by load_run."""
+    from test_closed_book import save_tiny_models
+
     from openbook.cli import main
     from openbook.rag.assemble import load_run
-    from test_closed_book import save_tiny_models
 
     gen_dir, enc_dir, kb_dir = save_tiny_models(tmp_path)
     data = tmp_path / "train.jsonl"
@@ -202,9 +208,10 @@ def test_train_command_max_context_length_is_kept_by_the_run(kb, tmp_path, capsy
 
 
 def test_mixed_precision_warns_without_native_bfloat16(kb, tmp_path, capsys, monkeypatch):
+    from test_closed_book import save_tiny_models
+
     import openbook.commands.train as train_command
     from openbook.cli import main
-    from test_closed_book import save_tiny_models
 
     monkeypatch.setattr(train_command, "bf16_hardware", lambda: False)
     gen_dir, enc_dir, kb_dir = save_tiny_models(tmp_path)
@@ -214,3 +221,96 @@ def test_mixed_precision_warns_without_native_bfloat16(kb, tmp_path, capsys, mon
                  str(enc_dir), "--k", "2", "--max-steps", "1", "--batch-size", "2", "--mixed-precision",
                  "--out", str(tmp_path / "run")]) == 0
     assert "no native bfloat16" in capsys.readouterr().err
+
+
+# ------------------------------------------------------------------------------- safe checkpoints
+
+
+class _RunsCode:
+    """A pickle payload: unpickling it creates a marker file (as a crafted .pt file could run anything)."""
+
+    def __init__(self, marker):
+        self.marker = str(marker)
+
+    def __reduce__(self):
+        import os
+
+        return os.system, (f"touch {self.marker}",)
+
+
+CHECKPOINT_FILES = {"model.safetensors", "optimizer.safetensors", "optimizer.json", "rng.safetensors", "rng.json",
+                    "state.json"}
+
+
+def test_checkpoint_is_safetensors_and_json_only(kb, tmp_path):
+    cfg = TrainConfig(k=2, max_steps=1, batch_size=2, lr_generator=1e-3)
+    train(make_rag(kb), EXAMPLES, cfg, tmp_path / "run", progress=False)
+    files = {p.name for p in (tmp_path / "run" / "checkpoint").iterdir()}
+    assert files == CHECKPOINT_FILES
+    rng = json.loads((tmp_path / "run" / "checkpoint" / "rng.json").read_text())
+    assert len(rng["python"]["state"]) == 625  # Mersenne Twister state + position, as plain numbers
+
+
+def test_resume_never_unpickles_a_planted_file(kb, tmp_path):
+    """Finding: a crafted checkpoint/rng.pt ran a shell command on `train --resume` and training exited 0."""
+    import pickle
+
+    cfg = TrainConfig(k=2, max_steps=2, batch_size=2, checkpoint_every=1, lr_generator=1e-3)
+    train(make_rag(kb), EXAMPLES, cfg, tmp_path / "run", progress=False, stop_after=1)
+    marker = tmp_path / "MARKER"
+    for name in ("rng.pt", "model.pt", "optimizer.pt"):
+        (tmp_path / "run" / "checkpoint" / name).write_bytes(pickle.dumps(_RunsCode(marker)))
+    assert train(make_rag(kb), EXAMPLES, cfg, tmp_path / "run", resume=True, progress=False).step == 2
+    assert not marker.exists()
+
+
+@pytest.mark.parametrize("name", sorted(CHECKPOINT_FILES - {"state.json"}))
+def test_resume_from_a_damaged_checkpoint_is_a_clear_error(kb, tmp_path, name):
+    cfg = TrainConfig(k=2, max_steps=2, batch_size=2, checkpoint_every=1, lr_generator=1e-3)
+    train(make_rag(kb), EXAMPLES, cfg, tmp_path / "run", progress=False, stop_after=1)
+    (tmp_path / "run" / "checkpoint" / name).write_bytes(b"\x08\x00\x00\x00\x00\x00\x00\x00{garbage")
+    with pytest.raises(InputError, match=name.replace(".", r"\.")) as error:
+        train(make_rag(kb), EXAMPLES, cfg, tmp_path / "run", resume=True, progress=False)
+    assert "\n" not in str(error.value)
+
+
+def test_resume_refuses_an_old_pickle_checkpoint(kb, tmp_path):
+    import pickle
+
+    cfg = TrainConfig(k=2, max_steps=2, batch_size=2, checkpoint_every=1, lr_generator=1e-3)
+    train(make_rag(kb), EXAMPLES, cfg, tmp_path / "run", progress=False, stop_after=1)
+    checkpoint, marker = tmp_path / "run" / "checkpoint", tmp_path / "MARKER"
+    for name in CHECKPOINT_FILES - {"state.json"}:
+        (checkpoint / name).unlink()
+    for name in ("model.pt", "optimizer.pt", "rng.pt"):  # the layout openbook wrote before
+        (checkpoint / name).write_bytes(pickle.dumps(_RunsCode(marker)))
+    with pytest.raises(InputError, match="old pickle-based model.pt"):
+        train(make_rag(kb), EXAMPLES, cfg, tmp_path / "run", resume=True, progress=False)
+    assert not marker.exists()
+
+
+@pytest.mark.parametrize("damage", ["garbage", "pickle", "wrong tensors"])
+def test_ask_run_with_a_crafted_weights_file_is_a_one_line_error(tmp_path, capsys, damage):
+    """Finding: `ask --run` with a crafted model.pt gave a traceback. Now: a one-line error, nothing unpickled."""
+    import pickle
+
+    from safetensors.torch import save_file
+    from test_closed_book import save_tiny_models, train_run
+
+    from openbook.cli import main
+
+    gen_dir, enc_dir, kb_dir = save_tiny_models(tmp_path)
+    run = train_run(tmp_path, "run", "rag-sequence", gen_dir, enc_dir, kb_dir)
+    weights, marker = run / "checkpoint" / "model.safetensors", tmp_path / "MARKER"
+    if damage == "garbage":
+        weights.write_bytes(b"\xff" * 64)
+    elif damage == "pickle":
+        weights.unlink()
+        (run / "checkpoint" / "model.pt").write_bytes(pickle.dumps(_RunsCode(marker)))
+    else:
+        save_file({"generator.model.lm_head.weight": torch.zeros(3, 3)}, str(weights))
+    capsys.readouterr()
+    assert main(["ask", "who wrote the sun rises", "--run", str(run), "--k", "2"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("openbook: error:") and "\n" not in err and "Traceback" not in err
+    assert not marker.exists()

@@ -26,6 +26,7 @@ MATCH_MODES = ("dpr", "lenient")
 # (a test checks that the two agree).
 TASK_NAMES = (
     "nq", "webquestions", "curatedtrec", "qa", "abstractive", "jeopardy", "fever3", "fever2", "boolq", "boolq-passage",
+    "kilt",
 )
 
 
@@ -70,7 +71,9 @@ def register(subparsers) -> None:
             "                (generate the clue from the answer)                 Q-BLEU-1, BLEU-1, ROUGE-L\n"
             "  fever3/fever2 official FEVER JSON Lines {id, label, claim, evidence} label accuracy\n"
             "  boolq         JSON Lines {query: 'Passage: ...\\nQuestion: ...', choices, gold}\n"
-            "                (question only; boolq-passage: with the passage)   label accuracy\n\n"
+            "                (question only; boolq-passage: with the passage)   label accuracy\n"
+            "  kilt          KILT JSON Lines {id, input, output: [{answer, provenance}]}\n"
+            "                (any KILT task; answers = the non-empty answers)    exact match, F1\n\n"
             "example:\n"
             "  openbook eval --task nq --data nq-open.jsonl.gz --kb my-kb --limit 200 --out eval-nq"
         ),

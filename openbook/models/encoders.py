@@ -138,10 +138,10 @@ class Encoder(torch.nn.Module):
         that cannot be loaded offline; prefer it.
         """
         source = str(name_or_path)
-        config = AutoConfig.from_pretrained(source, **hf_kwargs)
+        config = AutoConfig.from_pretrained(source, trust_remote_code=False, **hf_kwargs)
         detected = _detect_settings(source, config, hf_kwargs)
-        model = _model_class(config).from_pretrained(source, dtype=torch.float32, **hf_kwargs)
-        tokenizer = AutoTokenizer.from_pretrained(source, **hf_kwargs)
+        model = _model_class(config).from_pretrained(source, dtype=torch.float32, trust_remote_code=False, **hf_kwargs)
+        tokenizer = AutoTokenizer.from_pretrained(source, trust_remote_code=False, **hf_kwargs)
         return cls(
             model,
             tokenizer,

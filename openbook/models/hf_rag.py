@@ -49,8 +49,10 @@ def _tokenizers(source: str, hf: dict):
     from transformers import AutoTokenizer
 
     try:
-        return (AutoTokenizer.from_pretrained(source, subfolder="question_encoder_tokenizer", **hf),
-                AutoTokenizer.from_pretrained(source, subfolder="generator_tokenizer", **hf))
+        return (AutoTokenizer.from_pretrained(source, subfolder="question_encoder_tokenizer",
+                                              trust_remote_code=False, **hf),
+                AutoTokenizer.from_pretrained(source, subfolder="generator_tokenizer",
+                                              trust_remote_code=False, **hf))
     except (OSError, ValueError):
         return None, None
 
@@ -68,9 +70,9 @@ def load_hf_rag(name_or_path: str | Path, question_tokenizer=None, generator_tok
         raise ModelLoadError(f"{source} is not a transformers RAG checkpoint (no config.json with model_type 'rag')")
 
     def load(src: str, **hf):
-        config = RagConfig.from_pretrained(src, **hf)
+        config = RagConfig.from_pretrained(src, trust_remote_code=False, **hf)
         cls = RagTokenForGeneration if _model_type(config) == "rag-token" else RagSequenceForGeneration
-        return config, cls.from_pretrained(src, **hf), _tokenizers(src, hf)
+        return config, cls.from_pretrained(src, trust_remote_code=False, **hf), _tokenizers(src, hf)
 
     config, rag, (q_tok, g_tok) = _load_offline(source, load)
     model_type = _model_type(config)

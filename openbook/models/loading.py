@@ -8,6 +8,11 @@ Names accepted everywhere:
 * a path to a local model folder (or, for a causal LM, to a ``.gguf`` file);
 * a Hugging Face hub name, if it is in the local Hugging Face cache (or the hub can be reached).
 
+Model folders are data, never code: every transformers load passes ``trust_remote_code=False``, so a
+folder whose config names its own Python classes (``auto_map``) loads transformers' built-in class or
+fails with a clear error, and never prompts or runs that code. Loads are silent: transformers' progress
+bars are switched off while openbook loads (and saves) a model, and restored after.
+
 A GGUF file takes ~25 s to dequantise, so the first load converts it to a plain float32 safetensors
 copy (model, tokenizer and chat template) under the cache directory -- ``$OPENBOOK_CACHE`` if set, else
 ``~/.cache/openbook`` -- and later loads read that copy. The copy is written to a temporary folder and
@@ -67,7 +72,8 @@ def load_encoder(name_or_path: str = "default", **kwargs) -> Encoder:
     """
     if name_or_path in ENCODER_ALIASES:
         kwargs.setdefault("name", ENCODER_ALIASES[1])
-        return Encoder.from_pretrained(str(packaged_minilm_path()), **kwargs)
+        with quiet_loading():
+            return Encoder.from_pretrained(str(packaged_minilm_path()), **kwargs)
     kwargs.setdefault("name", str(name_or_path))
     return _load_offline(name_or_path, lambda source, **hf: Encoder.from_pretrained(source, **kwargs, **hf))
 
@@ -92,7 +98,8 @@ def load_seq2seq(name_or_path: str):
 
 def load_config(name_or_path: str):
     """The transformers config of a local folder or hub name (e.g. to choose between causal and seq2seq)."""
-    return _load_offline(name_or_path, lambda source, **hf: AutoConfig.from_pretrained(source, **hf))
+    return _load_offline(name_or_path,
+                         lambda source, **hf: AutoConfig.from_pretrained(source, trust_remote_code=False, **hf))
 
 
 # --------------------------------------------------------------------------------------- packaged models
@@ -144,10 +151,12 @@ def load_gguf(gguf: Path):
     """Load ``gguf`` with transformers, dequantised to trainable float32 ``nn.Parameter`` weights."""
     folder, filename = str(gguf.parent), gguf.name
     try:
-        tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=filename)
-        model = AutoModelForCausalLM.from_pretrained(
-            folder, gguf_file=filename, dtype=torch.float32, quantization_config=GgufConfig(dequantize=True)
-        )
+        with quiet_loading():
+            tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=filename, trust_remote_code=False)
+            model = AutoModelForCausalLM.from_pretrained(
+                folder, gguf_file=filename, dtype=torch.float32, quantization_config=GgufConfig(dequantize=True),
+                trust_remote_code=False,
+            )
     except ValueError as error:
         if "accelerate" in str(error):
             raise ModelLoadError(
@@ -173,8 +182,9 @@ def write_atomically(target: Path, write: Callable[[Path], None]) -> None:
 
 def _save_converted(model, tokenizer, folder: Path, source: dict) -> None:
     """Save model (safetensors), tokenizer with its chat template, and the source marker into ``folder``."""
-    model.save_pretrained(folder, safe_serialization=True)
-    tokenizer.save_pretrained(folder)
+    with quiet_loading():
+        model.save_pretrained(folder, safe_serialization=True)
+        tokenizer.save_pretrained(folder)
     (folder / CACHE_MARKER).write_text(json.dumps(source, indent=1), encoding="utf-8")
 
 
@@ -202,9 +212,28 @@ def _read_marker(target: Path) -> dict | None:
 
 def _load_pair(model_class, source: str, **hf_kwargs):
     """``(model, tokenizer)`` of ``model_class`` from ``source`` with float32 weights."""
-    model = model_class.from_pretrained(source, dtype=torch.float32, **hf_kwargs)
-    tokenizer = AutoTokenizer.from_pretrained(source, **hf_kwargs)
+    with quiet_loading():
+        model = model_class.from_pretrained(source, dtype=torch.float32, trust_remote_code=False, **hf_kwargs)
+        tokenizer = AutoTokenizer.from_pretrained(source, trust_remote_code=False, **hf_kwargs)
     return model, tokenizer
+
+
+@contextmanager
+def quiet_loading() -> Iterator[None]:
+    """Switch transformers' (and the hub's) progress bars off for the duration, then restore them.
+
+    transformers draws a "Loading weights" bar on stderr for every model it loads, whatever openbook's
+    ``--quiet`` says; openbook shows its own progress for the slow one-time jobs instead.
+    """
+    from transformers.utils import logging as hf_logging
+
+    enabled = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        if enabled:
+            hf_logging.enable_progress_bar()
 
 
 def _load_offline(name_or_path: str, load: Callable):
@@ -217,14 +246,14 @@ def _load_offline(name_or_path: str, load: Callable):
     name = str(name_or_path)
     folder = Path(name).expanduser()
     if folder.exists():
-        with _load_errors(lambda reason: f"could not load model folder {name!r}: {reason}"):
+        with _load_errors(lambda reason: f"could not load model folder {name!r}: {reason}"), quiet_loading():
             return load(str(folder))
     if name.startswith((".", "/", "~")) or name.count("/") > 1:
         raise ModelLoadError(f"model folder {name!r} does not exist")
     if not (_hub_offline() or _in_hub_cache(name) or _hub_reachable()):
         raise ModelLoadError(_offline_message(name, "the Hugging Face hub cannot be reached"))
     hf_kwargs = {"local_files_only": True} if _hub_offline() or _in_hub_cache(name) else {}
-    with _load_errors(lambda reason: _offline_message(name, reason)):
+    with _load_errors(lambda reason: _offline_message(name, reason)), quiet_loading():
         return load(name, **hf_kwargs)
 
 

@@ -36,6 +36,7 @@ from openbook.models.encoders import Encoder
 from openbook.models.generators import Generator, Seq2SeqGenerator
 from openbook.models.hf_rag import is_hf_rag_checkpoint, load_hf_rag
 from openbook.models.loading import GENERATOR_ALIASES
+from openbook.models.weights import load_weights, weights_path
 from openbook.rag.closed_book import ClosedBook
 from openbook.rag.model import RAG
 
@@ -268,17 +269,14 @@ def load_run(run_dir: str | Path, kb=None, **overrides):
     """The model of a training run (``openbook train --out DIR``) with its trained weights.
 
     Rebuilds the :class:`~openbook.rag.model.RAG` (or :class:`~openbook.rag.closed_book.ClosedBook`) that
-    ``DIR/run.json`` describes and loads ``DIR/checkpoint/model.pt`` into it (``weights_only``). ``kb``
+    ``DIR/run.json`` describes and loads ``DIR/checkpoint/model.safetensors`` into it. ``kb``
     replaces the run's knowledge base (a directory or a loaded KnowledgeBase, e.g. another index built
     with the same encoder); ``overrides`` replace other run settings (``model``, ``k``, ``retriever`` ...:
     the same weights decoded as RAG-Token, with BM25 ...). Returned in eval mode.
     """
-    import torch
 
     spec = read_run_spec(run_dir, **overrides)
-    weights = Path(run_dir) / "checkpoint" / "model.pt"
-    if not weights.is_file():
-        raise InputError(f"{run_dir}: no trained weights (expected {weights}; is it an `openbook train --out` run?)")
+    weights = weights_path(Path(run_dir) / "checkpoint", hint="is it an `openbook train --out` run?")
     if spec["model"] == "closed-book":
         model = ClosedBook(load_generator(spec["generator"]))
     else:
@@ -288,8 +286,5 @@ def load_run(run_dir: str | Path, kb=None, **overrides):
                          retriever=spec.get("retriever", "dense"))
     if spec.get("max_context_length"):  # what the run was trained with
         model.generator.max_context_length = int(spec["max_context_length"])
-    try:
-        model.load_state_dict(torch.load(weights, map_location="cpu", weights_only=True))
-    except RuntimeError as exc:
-        raise InputError(f"{weights} does not fit the model {run_dir}/{RUN_FILE} describes: {exc}") from None
+    load_weights(model, weights, f"the model {run_dir}/{RUN_FILE} describes")
     return model.eval()

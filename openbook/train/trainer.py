@@ -5,9 +5,9 @@ encoder q(x) and the generator p_theta while the document encoder and the index 
 ``frozen`` retriever ablation (Table 6) also freezes q(x). A model without a retriever (the closed-book
 baseline, :class:`~openbook.rag.closed_book.ClosedBook`) trains its generator only.
 
-Resumable: a checkpoint (written atomically) holds the trainable weights, the optimiser state, the RNG
-states and the position in the data order, so ``resume=True`` after an interruption continues to the same
-weights an uninterrupted run reaches.
+Resumable: a checkpoint (written atomically, in safetensors plus JSON: nothing in it is unpickled) holds
+the trainable weights, the optimiser state, the RNG states and the position in the data order, so
+``resume=True`` after an interruption continues to the same weights an uninterrupted run reaches.
 """
 
 from __future__ import annotations
@@ -15,19 +15,30 @@ from __future__ import annotations
 import json
 import math
 import random
+import shutil
 import sys
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Callable, Sequence
 
 import torch
 from tqdm import tqdm
 
-from openbook.errors import InputError
 from openbook.atomic import make_temp_dir_next_to, replace_dir
+from openbook.errors import InputError
+from openbook.models.weights import (
+    WEIGHTS_FILE,
+    load_weights,
+    read_tensors,
+    save_weights,
+    weights_path,
+    write_tensors,
+)
 
 CHECKPOINT = "checkpoint"
+OPTIMIZER_FILE = "optimizer.safetensors"  # + optimizer.json
+RNG_FILE = "rng.safetensors"  # + rng.json
 
 
 @dataclass
@@ -89,38 +100,74 @@ def _epoch_order(n: int, seed: int, epoch: int) -> list[int]:
     return order
 
 
-def _trainable_state(rag) -> dict:
-    """The weights training changes (the document vectors and index live in the knowledge base)."""
-    return {k: v for k, v in rag.state_dict().items()}
-
-
 def save_checkpoint(out_dir: Path, rag, optimizer, state: TrainState, cfg: TrainConfig) -> None:
-    """Write ``out_dir/checkpoint`` atomically: a crash leaves the previous checkpoint intact."""
+    """Write ``out_dir/checkpoint`` atomically: a crash leaves the previous checkpoint intact.
+
+    Everything is safetensors plus JSON, nothing is pickled: ``model.safetensors`` (the weights training
+    changes; the document vectors and index live in the knowledge base), ``optimizer.safetensors`` +
+    ``optimizer.json`` (Adam's moments, and its parameter groups and step counts), ``rng.safetensors`` +
+    ``rng.json`` (torch's generator state, a uint8 tensor, and Python's ``random`` state) and
+    ``state.json`` (the position in the data order and the training options).
+    """
     target = out_dir / CHECKPOINT
     tmp = make_temp_dir_next_to(target)
     try:
-        torch.save(_trainable_state(rag), tmp / "model.pt")
-        torch.save(optimizer.state_dict(), tmp / "optimizer.pt")
-        torch.save({"torch": torch.get_rng_state(), "python": random.getstate()}, tmp / "rng.pt")
+        save_weights(rag, tmp / WEIGHTS_FILE)
+        write_tensors(tmp / OPTIMIZER_FILE, *_split_optimizer_state(optimizer.state_dict()))
+        version, internal, gauss = random.getstate()
+        write_tensors(tmp / RNG_FILE, {"torch": torch.get_rng_state()},
+                      {"python": {"version": version, "state": list(internal), "gauss_next": gauss}})
         (tmp / "state.json").write_text(json.dumps({"state": asdict(state), "config": asdict(cfg)}, indent=1))
         replace_dir(tmp, target)
     finally:
-        import shutil
-
         shutil.rmtree(tmp, ignore_errors=True)
 
 
 def load_checkpoint(out_dir: Path, rag, optimizer) -> TrainState:
+    """Restore weights, optimiser, RNG states and position from ``out_dir/checkpoint`` (see :func:`save_checkpoint`)."""
     path = out_dir / CHECKPOINT
     if not (path / "state.json").is_file():
         raise InputError(f"no checkpoint to resume from in {out_dir} (expected {path}/state.json)")
-    rag.load_state_dict(torch.load(path / "model.pt", weights_only=True))
-    optimizer.load_state_dict(torch.load(path / "optimizer.pt", weights_only=True))
-    rng = torch.load(path / "rng.pt", weights_only=False)
-    torch.set_rng_state(rng["torch"])
-    random.setstate(rng["python"])
-    saved = json.loads((path / "state.json").read_text())["state"]
-    return TrainState(**saved)
+    load_weights(rag, weights_path(path), "the model being trained")
+    tensors, data = read_tensors(path / OPTIMIZER_FILE, with_data=True)
+    try:
+        optimizer.load_state_dict(_join_optimizer_state(tensors, data))
+    except (KeyError, TypeError, ValueError) as exc:
+        raise InputError(f"{path / OPTIMIZER_FILE} does not fit the optimiser being resumed: {exc}") from None
+    rng, data = read_tensors(path / RNG_FILE, with_data=True)
+    try:
+        python = data["python"]
+        random.setstate((python["version"], tuple(python["state"]), python["gauss_next"]))
+        torch.set_rng_state(rng["torch"])
+        saved = json.loads((path / "state.json").read_text())["state"]
+        return TrainState(**saved)
+    except (KeyError, TypeError, ValueError, RuntimeError) as exc:
+        raise InputError(f"{path} holds a damaged training state: {type(exc).__name__}: {exc}") from None
+
+
+def _split_optimizer_state(state_dict: dict) -> tuple[dict, dict]:
+    """An optimiser ``state_dict`` as (tensors named ``state.<param>.<key>``, the JSON-able rest)."""
+    tensors, values = {}, {}
+    for param, per_param in state_dict["state"].items():
+        for key, value in per_param.items():
+            if isinstance(value, torch.Tensor):
+                tensors[f"state.{param}.{key}"] = value
+            else:
+                values.setdefault(str(param), {})[key] = value
+    return tensors, {"param_groups": state_dict["param_groups"], "values": values}
+
+
+def _join_optimizer_state(tensors: dict, data: dict) -> dict:
+    """The inverse of :func:`_split_optimizer_state` (parameter ids are ints again, ``betas`` a tuple)."""
+    state: dict = {}
+    for name, tensor in tensors.items():
+        _, param, key = name.split(".", 2)
+        state.setdefault(int(param), {})[key] = tensor
+    for param, per_param in data["values"].items():
+        state.setdefault(int(param), {}).update(per_param)
+    groups = [{**group, **({"betas": tuple(group["betas"])} if "betas" in group else {})}
+              for group in data["param_groups"]]
+    return {"state": state, "param_groups": groups}
 
 
 def train(

@@ -12,6 +12,7 @@ name                      what                                             metri
 ``fever3`` / ``fever2``   FEVER 3-way / 2-way, labels as one-token targets label accuracy
 ``boolq``                 BoolQ yes/no, labels as one-token targets        label accuracy
 ``boolq-passage``         BoolQ with its passage in the input              label accuracy
+``kilt``                  any KILT file ``{input, output: [{answer}]}``    exact match, F1
 ========================  ===============================================  ==============================
 
 ``get_task(name)`` returns the task; :data:`TASKS` is the registry. A new task is a subclass of
@@ -27,6 +28,7 @@ from openbook.eval.tasks.base import ClassificationTask, Example, Task
 from openbook.eval.tasks.boolq import BoolQTask
 from openbook.eval.tasks.fever import FeverTask
 from openbook.eval.tasks.jeopardy import JeopardyTask
+from openbook.eval.tasks.kilt import KiltTask
 from openbook.eval.tasks.qa import CuratedTrecTask, NQTask, QATask, WebQuestionsTask
 
 __all__ = ["TASKS", "ClassificationTask", "Example", "Task", "get_task", "register_task", "task_names"]
@@ -44,7 +46,7 @@ def register_task(task: Task) -> Task:
 
 for _task in (
     NQTask(), WebQuestionsTask(), CuratedTrecTask(), QATask(), AbstractiveTask(), JeopardyTask(),
-    FeverTask(3), FeverTask(2), BoolQTask(), BoolQTask(with_passage=True),
+    FeverTask(3), FeverTask(2), BoolQTask(), BoolQTask(with_passage=True), KiltTask(),
 ):
     register_task(_task)
 

@@ -1,0 +1,81 @@
+"""Weights and tensors on disk: safetensors (plus JSON for what is not a tensor), never pickle.
+
+A pickle-based ``.pt`` file can run any code when it is loaded, and checkpoints are files users pass
+around, so openbook writes and reads only safetensors: a JSON header and raw tensor bytes. Shared
+(tied) weights, such as BART's embeddings and output layer, are stored once and tied again on load
+(safetensors' ``save_model``/``load_model``). A file that is not safetensors, or whose tensors do not
+fit the model, is a one-line :class:`~openbook.errors.InputError`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import torch
+from safetensors import SafetensorError
+from safetensors.torch import load_file, load_model, save_file, save_model
+
+from openbook.errors import InputError
+
+WEIGHTS_FILE = "model.safetensors"
+LEGACY_WEIGHTS_FILE = "model.pt"  # what openbook wrote before it used safetensors; never unpickled
+
+
+def weights_path(folder: str | os.PathLike, hint: str = "") -> Path:
+    """``folder/model.safetensors``, or an InputError saying why there is none (an old ``model.pt`` is refused)."""
+    folder = Path(folder)
+    path = folder / WEIGHTS_FILE
+    if path.is_file():
+        return path
+    if (folder / LEGACY_WEIGHTS_FILE).is_file():
+        raise InputError(
+            f"{folder} holds weights in the old pickle-based {LEGACY_WEIGHTS_FILE} format, which openbook no "
+            f"longer reads (loading a pickle can run code); train the run again to get {WEIGHTS_FILE}"
+        )
+    raise InputError(f"no trained weights in {folder} (expected {path}{'; ' + hint if hint else ''})")
+
+
+def save_weights(module: torch.nn.Module, path: str | os.PathLike) -> None:
+    """Write ``module.state_dict()`` to ``path`` as safetensors, each shared tensor once."""
+    save_model(module, str(path))
+
+
+def load_weights(module: torch.nn.Module, path: str | os.PathLike, what: str = "the model") -> None:
+    """Load the safetensors file ``path`` into ``module``: every tensor must be there, with its shape."""
+    try:
+        load_model(module, str(path), strict=True)
+    except (SafetensorError, OSError) as exc:
+        raise InputError(f"{path} is not a readable safetensors weights file: {_one_line(exc)}") from None
+    except (RuntimeError, ValueError) as exc:  # missing, unexpected or misshapen tensors
+        raise InputError(f"{path} does not fit {what}: {_one_line(exc)}") from None
+
+
+def write_tensors(path: str | os.PathLike, tensors: dict[str, torch.Tensor], data: Any = None) -> None:
+    """Write ``tensors`` to ``path`` (safetensors) and, if given, the JSON-able ``data`` to ``path`` with ``.json``."""
+    save_file({name: tensor.detach().contiguous() for name, tensor in tensors.items()}, str(path))
+    if data is not None:
+        Path(path).with_suffix(".json").write_text(json.dumps(data, indent=1), encoding="utf-8")
+
+
+def read_tensors(path: str | os.PathLike, with_data: bool = False):
+    """The tensors of a :func:`write_tensors` file (and, with ``with_data``, its JSON part) or an InputError."""
+    path = Path(path)
+    try:
+        tensors = load_file(str(path))
+    except (SafetensorError, OSError) as exc:
+        raise InputError(f"{path} is not a readable safetensors file: {_one_line(exc)}") from None
+    if not with_data:
+        return tensors
+    json_path = path.with_suffix(".json")
+    try:
+        return tensors, json.loads(json_path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise InputError(f"{json_path} is not a readable JSON file: {_one_line(exc)}") from None
+
+
+def _one_line(exc: Exception, limit: int = 300) -> str:
+    text = " ".join(str(exc).split()) or type(exc).__name__
+    return text if len(text) <= limit else text[: limit - 1] + "…"
