@@ -7,8 +7,9 @@ model (the offline default is SmolLM2-135M-Instruct, a Llama-architecture chat m
 
 * ``contexts`` renders one prompt per (question, passage) -- through the tokenizer's chat template when
   it has one, else a plain ``Title/Passage/Question/Answer:`` template -- cuts the *passage* (never the
-  question or the end of the template) so the prompt fits ``max_context_length`` tokens, and LEFT-pads the
-  rows so that every prompt ends at the right edge;
+  end of the template) so the prompt fits ``max_context_length`` tokens, and LEFT-pads the rows so that
+  every prompt ends at the right edge; a question longer than its budget (half the context,
+  :mod:`openbook.models.budget`) is cut first, with a warning;
 * ``encode`` prefills all prompts once, keeping the key/value cache and the logits at the last prompt
   position (the distribution of the first answer token);
 * ``target_logprobs`` and ``begin``/``step`` continue from a copy of that cache, with position ids that
@@ -30,6 +31,7 @@ import torch
 from torch import nn
 from transformers import Cache, DynamicCache
 
+from openbook.models.budget import cut_points, fit_questions
 from openbook.models.generators import Contexts, Generator, Memory, PassageLike, regroup_rows
 
 __all__ = [
@@ -84,7 +86,8 @@ class CausalLMGenerator(Generator):
         tokenizer: its tokenizer (a fast tokenizer is needed for exact passage truncation; slow ones fall
             back to decode-based truncation).
         max_context_length: the longest prompt, in tokens (default 384). Longer prompts lose the end of the
-            passage text (then, if still too long, of the title); the question and the template are kept.
+            passage text (then, if still too long, of the title); the template is kept, and the question
+            up to half of this budget (:func:`~openbook.models.budget.fit_questions`).
         prompt_template: the prompt with ``{title}``, ``{text}`` and ``{question}`` fields. On the chat path it
             is the *user message* (default :data:`DEFAULT_CHAT_PROMPT`), rendered by
             ``tokenizer.apply_chat_template(..., add_generation_prompt=True)``; on the plain path it is the
@@ -215,22 +218,12 @@ class CausalLMGenerator(Generator):
         ids = self.tokenizer(prompts, add_special_tokens=False)["input_ids"]
         return [self._prefix_ids + list(row) for row in ids]
 
-    def _cut_points(self, text: str) -> list[int]:
-        """Character offsets at which ``text`` can be cut after 1, 2, ... of its tokens."""
-        tok = self.tokenizer
-        try:
-            offsets = tok(text, add_special_tokens=False, return_offsets_mapping=True)["offset_mapping"]
-            return [end for _, end in offsets]
-        except (NotImplementedError, TypeError, KeyError):
-            ids = tok(text, add_special_tokens=False)["input_ids"]
-            return [len(tok.decode(ids[: i + 1])) for i in range(len(ids))]  # approximate for slow tokenizers
-
     def _fit(self, question: str, title: str, text: str, ids: list[int]) -> tuple[list[int], bool]:
         """Shorten the passage (text, then title) until the prompt fits; returns (ids, fits)."""
         limit = self.max_context_length
         for field in ("text", "title"):
             value = text if field == "text" else title
-            cuts = self._cut_points(value)
+            cuts = cut_points(self.tokenizer, value)
             keep = len(cuts)
             while len(ids) > limit and keep > 0:
                 keep = max(0, min(keep - 1, keep - (len(ids) - limit)))
@@ -247,6 +240,7 @@ class CausalLMGenerator(Generator):
     def contexts(self, questions: Sequence[str], passages: Sequence[Sequence[PassageLike]]) -> Contexts:
         """One left-padded prompt per (question, passage), rows input-major ``b*K + k``."""
         n_docs = len(passages[0])
+        questions = fit_questions(self.tokenizer, questions, self.max_context_length)
         items = []
         for question, docs in zip(questions, passages):
             if len(docs) != n_docs:

@@ -25,6 +25,7 @@ import torch
 from torch import nn
 from transformers import DynamicCache, EncoderDecoderCache
 
+from openbook.models.budget import fit_questions
 from openbook.models.encoders import PassageLike
 
 
@@ -205,7 +206,8 @@ class Seq2SeqGenerator(Generator):
     """BART / T5 / any ``AutoModelForSeq2SeqLM``, fed exactly as transformers' RAG feeds it.
 
     Context string: ``prefix + title + " / " + text + " // " + question`` with double spaces collapsed,
-    tokenised with truncation at ``max_context_length`` (RagConfig's ``max_combined_length``, 300).
+    tokenised with truncation at ``max_context_length`` (RagConfig's ``max_combined_length``, 300). A
+    question longer than half that budget is cut first, with a warning (:mod:`openbook.models.budget`).
     """
 
     is_seq2seq = True
@@ -243,6 +245,7 @@ class Seq2SeqGenerator(Generator):
 
     def contexts(self, questions: Sequence[str], passages: Sequence[Sequence[PassageLike]]) -> Contexts:
         n_docs = len(passages[0])
+        questions = fit_questions(self.tokenizer, questions, self.max_context_length)
         strings = [self.context_string(q, p) for q, docs in zip(questions, passages) for p in docs]
         enc = self.tokenizer(
             strings, max_length=self.max_context_length, truncation=True, padding="longest", return_tensors="pt"
