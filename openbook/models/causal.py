@@ -25,20 +25,26 @@ from __future__ import annotations
 import copy
 import inspect
 import logging
-from typing import Sequence
+from collections.abc import Sequence
 
 import torch
 from torch import nn
 from transformers import Cache, DynamicCache
 
 from openbook.models.budget import cut_points, fit_questions
-from openbook.models.generators import Contexts, Generator, Memory, PassageLike, regroup_rows
+from openbook.models.generators import (
+    Contexts,
+    Generator,
+    Memory,
+    PassageLike,
+    regroup_rows,
+)
 
 __all__ = [
     "DEFAULT_CHAT_PROMPT",
     "DEFAULT_PLAIN_PROMPT",
-    "CausalLMGenerator",
     "CausalDecodeState",
+    "CausalLMGenerator",
 ]
 
 logger = logging.getLogger(__name__)
@@ -60,7 +66,7 @@ def _plain_cache_layers(model: nn.Module) -> bool:
     """True if the model's key/value cache layers are plain ``DynamicLayer``s (keys and values only)."""
     try:
         return all(type(layer).__name__ == "DynamicLayer" for layer in DynamicCache(config=model.config).layers)
-    except Exception:  # noqa: BLE001 - an unusual config: do not group
+    except Exception:
         logger.debug("could not tell the cache layer types of %s", type(model).__name__, exc_info=True)
         return False
 
@@ -180,7 +186,7 @@ class CausalLMGenerator(Generator):
         messages = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": _SENTINEL}]
         try:
             text = tok.apply_chat_template(messages, tokenize=False)
-        except Exception:  # noqa: BLE001 - templates may reject anything; fall back to EOS
+        except Exception:
             logger.debug("chat template failed to render an assistant turn", exc_info=True)
             return None
         if _SENTINEL not in text:
@@ -348,10 +354,12 @@ class CausalLMGenerator(Generator):
         logits, _ = self._forward(inputs, mask, positions, cache)
         return torch.cat([first.to(logits.dtype), logits], dim=1)
 
-    def target_logprobs(self, memory: Memory, rows: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    def target_logprobs(self, memory: Memory, rows: torch.Tensor, targets: torch.Tensor,
+                        training: bool = False) -> torch.Tensor:
+        """log p of answer ``targets`` after each row's prompt; ``training`` changes nothing for a causal LM."""
         return torch.log_softmax(self.target_logits(memory, rows, targets).float(), dim=-1)
 
-    def begin(self, memory: Memory, rows: torch.Tensor) -> "CausalDecodeState":
+    def begin(self, memory: Memory, rows: torch.Tensor) -> CausalDecodeState:
         return CausalDecodeState(
             self,
             select_cache_rows(memory.extra["cache"], rows),

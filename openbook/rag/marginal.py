@@ -23,11 +23,11 @@ __all__ = [
     "doc_log_prior",
     "gather_target_logprobs",
     "rag_sequence_nll",
-    "rag_token_nll",
     "rag_token_marginal",
+    "rag_token_nll",
     "sequence_doc_posterior",
-    "token_doc_posterior",
     "sequence_logprob_per_doc",
+    "token_doc_posterior",
 ]
 
 
