@@ -78,7 +78,13 @@ def rag_token_decode(generator: Generator, memory: Memory, doc_logprobs: torch.T
 
 
 def _per_doc_beams(generator: Generator, memory: Memory, n_rows: int, cfg: BeamConfig) -> BeamOutput:
-    """An independent beam search on each (input, document) row, returning all its beams."""
+    """An independent beam search on each (input, document) row, returning all its beams.
+
+    The rows attend to their context through its attention mask. Deliberately not transformers':
+    ``RagSequenceForGeneration.generate`` runs these beams with ``attention_mask=None``, so a padded context
+    is attended to with its pads (it pads every context to ``max_combined_length``); the paper's
+    p(y|x,z) is of the context itself (tests/test_transformers_differences.py).
+    """
     state = generator.begin(memory, torch.arange(n_rows))
     doc_cfg = replace(cfg, num_return_sequences=cfg.num_beams)
     if cfg.num_beams == 1:
