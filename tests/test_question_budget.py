@@ -8,10 +8,13 @@ import warnings
 
 import pytest
 from test_causal_generator import P, make_generator
+from test_rag_model import PASSAGES, tiny_encoder
 from tiny import WORDS, bart_tokenizer, tiny_bart
 
 from openbook.models.budget import QUESTION_SHARE, fit_questions, question_budget
 from openbook.models.generators import Seq2SeqGenerator
+from openbook.rag import RAG
+from openbook.rag.assemble import build_knowledge_base
 
 LIMIT = 64
 LONG = " ".join(["who wrote the novel"] * 5000)  # 20,000 words
@@ -64,3 +67,16 @@ def test_questions_within_the_budget_are_kept_exactly():
     with pytest.warns(UserWarning, match="1 question"):
         (cut,) = fit_questions(tok, [exact + " paris"], LIMIT)
     assert cut == exact  # cut at a token boundary, after exactly ``budget`` tokens
+
+
+def test_ask_with_a_20000_word_question_answers_with_both_warnings(tmp_path):
+    """End to end: retrieval cuts the question to its encoder's limit, the generator to its budget."""
+    encoder = tiny_encoder()
+    kb = build_knowledge_base(PASSAGES, encoder, tmp_path / "kb", progress=False)
+    rag = RAG(encoder, Seq2SeqGenerator(tiny_bart(), bart_tokenizer()), kb, k=2)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        (answer,) = rag.ask([LONG], max_new_tokens=2, num_beams=2)
+    messages = [str(w.message) for w in caught]
+    assert any("question budget" in m for m in messages) and any("encoder" in m for m in messages)
+    assert len(answer.passages) == 2
