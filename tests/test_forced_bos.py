@@ -16,11 +16,13 @@ from __future__ import annotations
 import pytest
 import torch
 from test_equivalence_transformers import B, K, contexts, hf_rag, strip
+from test_rag_model import PASSAGES, tiny_encoder
 from tiny import bart_tokenizer, tiny_bart
 from transformers import RagSequenceForGeneration, RagTokenForGeneration
 
 from openbook.models.generators import Contexts
-from openbook.rag.assemble import load_generator
+from openbook.rag import RAG
+from openbook.rag.assemble import build_knowledge_base, load_generator
 from openbook.rag.decoding import (
     _fast_doc_logprobs,
     _first_occurrence,
@@ -153,3 +155,18 @@ def logit_scale(generator, memory, targets: torch.Tensor) -> float:
     flat = targets[:, :, None, :].expand(B, C, K, T).reshape(-1, T)
     with torch.no_grad():
         return float(generator.target_logits(memory, rows, flat).abs().max())
+
+
+@pytest.mark.parametrize("model,decoding", [("rag-token", "thorough"), ("rag-sequence", "thorough"),
+                                            ("rag-sequence", "fast")])
+def test_ask_decodes_with_forced_tokens_for_every_beam_count(forced, model, decoding, tmp_path):
+    """The user-level path that crashed (IndexError for beams >= 2 when BOS is forced)."""
+    encoder = tiny_encoder()
+    kb = build_knowledge_base(PASSAGES, encoder, tmp_path / "kb", progress=False)
+    rag = RAG(encoder, forced, kb, model=model, k=2)
+    for num_beams in (1, 2, 4):
+        answers = rag.ask(["capital of france", "who wrote the sun rises"], num_beams=num_beams,
+                          n_best=min(2, num_beams), decoding=decoding, max_new_tokens=4)
+        assert len(answers) == 2 and all(len(a.passages) == 2 for a in answers)
+        if forced.forced_bos_token_id is not None:
+            assert all(a.tokens[0] == "<s>" for a in answers)
