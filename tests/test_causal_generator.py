@@ -182,12 +182,14 @@ def test_truncation_cuts_only_the_passage():
         else:
             assert ids == prompt_ids(untruncated, row)  # short rows are untouched
 
-    # a question too long for any passage: the prompt is kept whole (never cut into the question)
+    # a question longer than its budget (half the context) is cut, with a warning; a template that does
+    # not fit even without its passage is kept whole
     tiny = make_generator(chat=False, max_context_length=8)
-    ctx = tiny.contexts(["what is the capital of france ?"], [[P("France", "paris")]])
+    with pytest.warns(UserWarning, match="4-token question budget"):
+        ctx = tiny.contexts(["what is the capital of france ?"], [[P("France", "paris")]])
     assert ctx.truncated == 1
     assert tok.decode(prompt_ids(ctx, 0), skip_special_tokens=True) == (
-        "Title : Passage : Question : what is the capital of france ? Answer :"
+        "Title : Passage : Question : what is the capital Answer :"
     )
 
 

@@ -7,8 +7,9 @@ model (the offline default is SmolLM2-135M-Instruct, a Llama-architecture chat m
 
 * ``contexts`` renders one prompt per (question, passage) -- through the tokenizer's chat template when
   it has one, else a plain ``Title/Passage/Question/Answer:`` template -- cuts the *passage* (never the
-  question or the end of the template) so the prompt fits ``max_context_length`` tokens, and LEFT-pads the
-  rows so that every prompt ends at the right edge;
+  end of the template) so the prompt fits ``max_context_length`` tokens, and LEFT-pads the rows so that
+  every prompt ends at the right edge; a question longer than its budget (half the context,
+  :mod:`openbook.models.budget`) is cut first, with a warning;
 * ``encode`` prefills all prompts once, keeping the key/value cache and the logits at the last prompt
   position (the distribution of the first answer token);
 * ``target_logprobs`` and ``begin``/``step`` continue from a copy of that cache, with position ids that
@@ -24,19 +25,26 @@ from __future__ import annotations
 import copy
 import inspect
 import logging
-from typing import Sequence
+from collections.abc import Sequence
 
 import torch
 from torch import nn
 from transformers import Cache, DynamicCache
 
-from openbook.models.generators import Contexts, Generator, Memory, PassageLike, regroup_rows
+from openbook.models.budget import cut_points, fit_questions
+from openbook.models.generators import (
+    Contexts,
+    Generator,
+    Memory,
+    PassageLike,
+    regroup_rows,
+)
 
 __all__ = [
     "DEFAULT_CHAT_PROMPT",
     "DEFAULT_PLAIN_PROMPT",
-    "CausalLMGenerator",
     "CausalDecodeState",
+    "CausalLMGenerator",
 ]
 
 logger = logging.getLogger(__name__)
@@ -58,7 +66,7 @@ def _plain_cache_layers(model: nn.Module) -> bool:
     """True if the model's key/value cache layers are plain ``DynamicLayer``s (keys and values only)."""
     try:
         return all(type(layer).__name__ == "DynamicLayer" for layer in DynamicCache(config=model.config).layers)
-    except Exception:  # noqa: BLE001 - an unusual config: do not group
+    except Exception:
         logger.debug("could not tell the cache layer types of %s", type(model).__name__, exc_info=True)
         return False
 
@@ -84,7 +92,8 @@ class CausalLMGenerator(Generator):
         tokenizer: its tokenizer (a fast tokenizer is needed for exact passage truncation; slow ones fall
             back to decode-based truncation).
         max_context_length: the longest prompt, in tokens (default 384). Longer prompts lose the end of the
-            passage text (then, if still too long, of the title); the question and the template are kept.
+            passage text (then, if still too long, of the title); the template is kept, and the question
+            up to half of this budget (:func:`~openbook.models.budget.fit_questions`).
         prompt_template: the prompt with ``{title}``, ``{text}`` and ``{question}`` fields. On the chat path it
             is the *user message* (default :data:`DEFAULT_CHAT_PROMPT`), rendered by
             ``tokenizer.apply_chat_template(..., add_generation_prompt=True)``; on the plain path it is the
@@ -177,7 +186,7 @@ class CausalLMGenerator(Generator):
         messages = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": _SENTINEL}]
         try:
             text = tok.apply_chat_template(messages, tokenize=False)
-        except Exception:  # noqa: BLE001 - templates may reject anything; fall back to EOS
+        except Exception:
             logger.debug("chat template failed to render an assistant turn", exc_info=True)
             return None
         if _SENTINEL not in text:
@@ -215,22 +224,12 @@ class CausalLMGenerator(Generator):
         ids = self.tokenizer(prompts, add_special_tokens=False)["input_ids"]
         return [self._prefix_ids + list(row) for row in ids]
 
-    def _cut_points(self, text: str) -> list[int]:
-        """Character offsets at which ``text`` can be cut after 1, 2, ... of its tokens."""
-        tok = self.tokenizer
-        try:
-            offsets = tok(text, add_special_tokens=False, return_offsets_mapping=True)["offset_mapping"]
-            return [end for _, end in offsets]
-        except (NotImplementedError, TypeError, KeyError):
-            ids = tok(text, add_special_tokens=False)["input_ids"]
-            return [len(tok.decode(ids[: i + 1])) for i in range(len(ids))]  # approximate for slow tokenizers
-
     def _fit(self, question: str, title: str, text: str, ids: list[int]) -> tuple[list[int], bool]:
         """Shorten the passage (text, then title) until the prompt fits; returns (ids, fits)."""
         limit = self.max_context_length
         for field in ("text", "title"):
             value = text if field == "text" else title
-            cuts = self._cut_points(value)
+            cuts = cut_points(self.tokenizer, value)
             keep = len(cuts)
             while len(ids) > limit and keep > 0:
                 keep = max(0, min(keep - 1, keep - (len(ids) - limit)))
@@ -247,6 +246,7 @@ class CausalLMGenerator(Generator):
     def contexts(self, questions: Sequence[str], passages: Sequence[Sequence[PassageLike]]) -> Contexts:
         """One left-padded prompt per (question, passage), rows input-major ``b*K + k``."""
         n_docs = len(passages[0])
+        questions = fit_questions(self.tokenizer, questions, self.max_context_length)
         items = []
         for question, docs in zip(questions, passages):
             if len(docs) != n_docs:
@@ -354,10 +354,12 @@ class CausalLMGenerator(Generator):
         logits, _ = self._forward(inputs, mask, positions, cache)
         return torch.cat([first.to(logits.dtype), logits], dim=1)
 
-    def target_logprobs(self, memory: Memory, rows: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    def target_logprobs(self, memory: Memory, rows: torch.Tensor, targets: torch.Tensor,
+                        training: bool = False) -> torch.Tensor:
+        """log p of answer ``targets`` after each row's prompt; ``training`` changes nothing for a causal LM."""
         return torch.log_softmax(self.target_logits(memory, rows, targets).float(), dim=-1)
 
-    def begin(self, memory: Memory, rows: torch.Tensor) -> "CausalDecodeState":
+    def begin(self, memory: Memory, rows: torch.Tensor) -> CausalDecodeState:
         return CausalDecodeState(
             self,
             select_cache_rows(memory.extra["cache"], rows),

@@ -6,8 +6,9 @@ The RAG layer never talks to a transformers model directly. It asks a :class:`Ge
    laid out input-major (row ``b*K + k``);
 2. ``encode(contexts)``: run the part that depends only on the context once (the seq2seq encoder, or
    the causal LM's prompt prefill) and keep it as a :class:`Memory`;
-3. ``target_logprobs(memory, rows, targets, mask)``: teacher-forced log-probabilities of answer tokens
-   (training, and rescoring hypotheses in Thorough decoding) reusing that memory;
+3. ``target_logprobs(memory, rows, targets, training=False)``: teacher-forced log-probabilities of answer
+   tokens (training, with ``training=True``, and rescoring hypotheses in Thorough decoding) reusing that
+   memory;
 4. ``begin(memory, rows)`` / ``DecodeState.step`` / ``reorder`` / ``select``: incremental decoding with a
    key/value cache, for beam search.
 
@@ -18,13 +19,15 @@ decoder exactly as transformers' RAG does.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Protocol, Sequence
+from typing import Protocol
 
 import torch
 from torch import nn
 from transformers import DynamicCache, EncoderDecoderCache
 
+from openbook.models.budget import fit_questions
 from openbook.models.encoders import PassageLike
 
 
@@ -205,7 +208,8 @@ class Seq2SeqGenerator(Generator):
     """BART / T5 / any ``AutoModelForSeq2SeqLM``, fed exactly as transformers' RAG feeds it.
 
     Context string: ``prefix + title + " / " + text + " // " + question`` with double spaces collapsed,
-    tokenised with truncation at ``max_context_length`` (RagConfig's ``max_combined_length``, 300).
+    tokenised with truncation at ``max_context_length`` (RagConfig's ``max_combined_length``, 300). A
+    question longer than half that budget is cut first, with a warning (:mod:`openbook.models.budget`).
     """
 
     is_seq2seq = True
@@ -218,6 +222,8 @@ class Seq2SeqGenerator(Generator):
         title_sep: str = " / ",
         doc_sep: str = " // ",
         prefix: str | None = None,
+        question_tokenizer=None,
+        training_start_token_id: int | None = None,
     ):
         super().__init__()
         self.model = model
@@ -236,6 +242,17 @@ class Seq2SeqGenerator(Generator):
         self.bos_token_id = getattr(model.config, "bos_token_id", None)
         self.forced_bos_token_id = getattr(gen, "forced_bos_token_id", None)
         self.forced_eos_token_id = getattr(gen, "forced_eos_token_id", None)
+        # Two choices that make an imported transformers RAG checkpoint (openbook.models.hf_rag) see exactly
+        # what transformers feeds it; openbook's own generators leave both off (None):
+        # * transformers' RagRetriever writes the question into the context as the question encoder's
+        #   tokenizer decodes it (batch_decode(input_ids, skip_special_tokens=True)): DPR's uncased tokenizer
+        #   lowercases it. With ``question_tokenizer`` set, contexts() round-trips questions through it.
+        # * transformers' RAG fine-tuning tokenises a target with the generator's tokenizer (BART: "<s> y </s>")
+        #   and feeds it to the decoder as it is (decoder_input_ids = labels), so that leading <s>, not
+        #   decoder_start_token_id, is the decoder's first input and is not scored. With
+        #   ``training_start_token_id`` set, target_logprobs(..., training=True) starts the decoder with it.
+        self.question_tokenizer = question_tokenizer
+        self.training_start_token_id = training_start_token_id
 
     def context_string(self, question: str, passage: PassageLike) -> str:
         title = passage.title.removeprefix('"').removesuffix('"')
@@ -243,6 +260,10 @@ class Seq2SeqGenerator(Generator):
 
     def contexts(self, questions: Sequence[str], passages: Sequence[Sequence[PassageLike]]) -> Contexts:
         n_docs = len(passages[0])
+        if self.question_tokenizer is not None:  # as transformers' RagRetriever (see __init__)
+            ids = self.question_tokenizer(list(questions), truncation=True)["input_ids"]
+            questions = self.question_tokenizer.batch_decode(ids, skip_special_tokens=True)
+        questions = fit_questions(self.tokenizer, questions, self.max_context_length)
         strings = [self.context_string(q, p) for q, docs in zip(questions, passages) for p in docs]
         enc = self.tokenizer(
             strings, max_length=self.max_context_length, truncation=True, padding="longest", return_tensors="pt"
@@ -273,8 +294,9 @@ class Seq2SeqGenerator(Generator):
             parts.append(nn.functional.pad(hidden, (0, 0, 0, mask.shape[1] - width)))
         return Memory(regroup_rows(parts, groups), mask)
 
-    def _decoder_inputs(self, targets: torch.Tensor) -> torch.Tensor:
-        start = targets.new_full((targets.shape[0], 1), self.start_token_id)
+    def _decoder_inputs(self, targets: torch.Tensor, training: bool = False) -> torch.Tensor:
+        first = self.training_start_token_id if training and self.training_start_token_id is not None else None
+        start = targets.new_full((targets.shape[0], 1), self.start_token_id if first is None else first)
         return torch.cat([start, targets[:, :-1]], dim=1)
 
     def prepare_rescoring(self, memory: Memory) -> None:
@@ -314,21 +336,23 @@ class Seq2SeqGenerator(Generator):
         rest = torch.log_softmax(logits.float(), dim=-1).gather(-1, targets[:, 1:, None]).squeeze(-1)
         return torch.cat([first, rest], dim=1)
 
-    def target_logits(self, memory: Memory, rows: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    def target_logits(self, memory: Memory, rows: torch.Tensor, targets: torch.Tensor,
+                      training: bool = False) -> torch.Tensor:
         """Raw logits ``(N, T, V)`` for answer ``targets (N, T)`` against memory rows ``rows (N,)``."""
         out = self.model(
             encoder_outputs=(memory.hidden.index_select(0, rows),),
             attention_mask=memory.attention_mask.index_select(0, rows),
-            decoder_input_ids=self._decoder_inputs(targets),
+            decoder_input_ids=self._decoder_inputs(targets, training),
             use_cache=False,
             return_dict=True,
         )
         return out.logits
 
-    def target_logprobs(self, memory: Memory, rows: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-        return torch.log_softmax(self.target_logits(memory, rows, targets).float(), dim=-1)
+    def target_logprobs(self, memory: Memory, rows: torch.Tensor, targets: torch.Tensor,
+                        training: bool = False) -> torch.Tensor:
+        return torch.log_softmax(self.target_logits(memory, rows, targets, training).float(), dim=-1)
 
-    def begin(self, memory: Memory, rows: torch.Tensor) -> "Seq2SeqDecodeState":
+    def begin(self, memory: Memory, rows: torch.Tensor) -> Seq2SeqDecodeState:
         return Seq2SeqDecodeState(self.model, memory.hidden.index_select(0, rows),
                                   memory.attention_mask.index_select(0, rows))
 

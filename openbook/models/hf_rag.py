@@ -6,6 +6,12 @@ sub-configs) and one weight file holding ``rag.question_encoder.*`` and ``rag.ge
 ones add ``question_encoder_tokenizer/`` and ``generator_tokenizer/``. We load it with transformers'
 own classes and keep only the two parts openbook needs: the DPR query encoder (CLS/pooler output,
 inner-product scores) and the seq2seq generator, fed ``title / text // question`` like transformers.
+
+The generator is told to see exactly what transformers feeds such a checkpoint (see
+:class:`~openbook.models.generators.Seq2SeqGenerator`): the question inside its context is the question
+encoder tokenizer's decoding of it (transformers' ``RagRetriever``; lowercased by DPR's uncased tokenizer),
+and fine-tuning targets start the decoder with the generator tokenizer's leading token (BART's ``<s>``),
+as transformers' RAG fine-tuning feeds ``decoder_input_ids = labels``.
 """
 
 from __future__ import annotations
@@ -57,6 +63,15 @@ def _tokenizers(source: str, hf: dict):
         return None, None
 
 
+def _leading_token(tokenizer) -> int | None:
+    """The special token ``tokenizer`` puts before a text (BART: ``<s>``), or None (T5 puts none)."""
+    if tokenizer is None:
+        return None
+    plain = tokenizer("a", add_special_tokens=False)["input_ids"]
+    full = tokenizer("a", add_special_tokens=True)["input_ids"]
+    return full[0] if len(full) > len(plain) and full[: len(plain)] != plain else None
+
+
 def load_hf_rag(name_or_path: str | Path, question_tokenizer=None, generator_tokenizer=None) -> ImportedRag:
     """Load a transformers RAG checkpoint — a local directory, or a hub name such as
     ``facebook/rag-sequence-nq`` where the hub (or its local cache) is reachable — into openbook parts.
@@ -84,5 +99,7 @@ def load_hf_rag(name_or_path: str | Path, question_tokenizer=None, generator_tok
         max_context_length=config.max_combined_length,
         title_sep=config.title_sep,
         doc_sep=config.doc_sep,
+        question_tokenizer=q_tok,
+        training_start_token_id=_leading_token(g_tok),
     )
     return ImportedRag(encoder, generator, model_type, config.n_docs, config.label_smoothing, config)

@@ -14,8 +14,8 @@ call ``reorder``, which the generator adapters implement by moving only the pref
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import torch
 
@@ -65,6 +65,15 @@ def process_logprobs(log_probs: torch.Tensor, cur_len: int, cfg: BeamConfig) -> 
     return log_probs
 
 
+def _unforced(raw: torch.Tensor, cur_len: int, cfg: BeamConfig) -> torch.Tensor:
+    """The model's log-probabilities as ``raw_logprobs`` counts them: a forced BOS is not the model's
+    choice and is not scored (0), as Thorough rescoring excludes it (transformers' ``exclude_bos_score``).
+    A forced EOS keeps its log-probability, which rescoring also counts."""
+    if cur_len == 1 and cfg.forced_bos_token_id is not None:
+        return torch.zeros_like(raw)
+    return raw
+
+
 def _gather(tensor: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
     while index.dim() < tensor.dim():
         index = index.unsqueeze(-1)
@@ -110,8 +119,7 @@ def beam_search(
         logits = step(tokens)
         raw = torch.log_softmax(logits.float(), dim=-1)
         log_probs = process_logprobs(raw.clone(), cur_len, cfg)
-        if cur_len == 1 and cfg.forced_bos_token_id is not None:
-            raw = torch.zeros_like(raw)  # a forced BOS is not the model's choice: do not score it
+        raw = _unforced(raw, cur_len, cfg)
         V = log_probs.shape[-1]
         if cur_len == 1:  # one row per input: every beam shares it
             log_probs = log_probs[:, None, :].expand(B, nb, V)
@@ -159,8 +167,8 @@ def beam_search(
         go_on = go_on and not bool(hits.all())
         if not go_on:
             break
-        if cur_len == 2:  # rows were one per input: expand to beams
-            select((parents + batch_index).reshape(-1))
+        if cur_len == 2:  # rows were one per input and every beam's parent is that row: expand to beams
+            select(batch_index.expand(B, nb).reshape(-1))
         else:
             reorder((parents + batch_index * nb).reshape(-1))
         tokens = running[:, :, cur_len - 1].reshape(-1)
@@ -188,7 +196,12 @@ def greedy_search(
     cfg: BeamConfig,
     device: torch.device | str = "cpu",
 ) -> BeamOutput:
-    """Greedy decoding (argmax of the processed distribution), stopping each row at EOS."""
+    """Greedy decoding (argmax of the processed distribution), stopping each row at EOS.
+
+    Scored as :func:`beam_search` scores one beam: ``scores`` sums the *processed* log-probabilities
+    (a forced BOS or EOS counts log 1 = 0, as in transformers) over ``generated_length ** length_penalty``;
+    ``raw_logprobs`` sums the model's own, without a forced BOS (see :func:`_unforced`).
+    """
     L = cfg.max_length
     pad = cfg.pad_token_id if cfg.pad_token_id is not None else cfg.fill_value()
     seqs = torch.full((batch_size, L), pad, dtype=torch.long, device=device)
@@ -196,13 +209,16 @@ def greedy_search(
     done = torch.zeros(batch_size, dtype=torch.bool, device=device)
     lengths = torch.zeros(batch_size, dtype=torch.long, device=device)
     raw_total = torch.zeros(batch_size, device=device)
+    processed_total = torch.zeros(batch_size, device=device)
     tokens = seqs[:, 0]
     for cur_len in range(1, L):
         raw = torch.log_softmax(step(tokens).float(), dim=-1)
         lp = process_logprobs(raw.clone(), cur_len, cfg)
         nxt = lp.argmax(-1)
         nxt = torch.where(done, torch.full_like(nxt, pad), nxt)
-        raw_total += torch.where(done, 0.0, raw.gather(1, nxt.clamp(min=0)[:, None]).squeeze(1))
+        index = nxt.clamp(min=0)[:, None]
+        raw_total += torch.where(done, 0.0, _unforced(raw, cur_len, cfg).gather(1, index).squeeze(1))
+        processed_total += torch.where(done, 0.0, lp.gather(1, index).squeeze(1))
         seqs[:, cur_len] = nxt
         lengths += (~done).long()
         if cfg.eos_token_id is not None:
@@ -211,5 +227,5 @@ def greedy_search(
             break
         tokens = nxt
     width = 1 + int(lengths.max())
-    return BeamOutput(seqs[:, None, :width], (raw_total / lengths.clamp(min=1))[:, None], lengths[:, None],
-                      raw_total[:, None])
+    scores = processed_total / lengths.clamp(min=1).float() ** cfg.length_penalty
+    return BeamOutput(seqs[:, None, :width], scores[:, None], lengths[:, None], raw_total[:, None])

@@ -21,7 +21,7 @@ from openbook.models.generators import Generator, Memory
 from openbook.rag.beam import BeamConfig, BeamOutput, beam_search, greedy_search
 from openbook.rag.marginal import rag_token_marginal
 
-__all__ = ["Decoded", "beam_config_for", "rag_token_decode", "rag_sequence_decode"]
+__all__ = ["Decoded", "beam_config_for", "rag_sequence_decode", "rag_token_decode"]
 
 
 @dataclass
@@ -78,7 +78,13 @@ def rag_token_decode(generator: Generator, memory: Memory, doc_logprobs: torch.T
 
 
 def _per_doc_beams(generator: Generator, memory: Memory, n_rows: int, cfg: BeamConfig) -> BeamOutput:
-    """An independent beam search on each (input, document) row, returning all its beams."""
+    """An independent beam search on each (input, document) row, returning all its beams.
+
+    The rows attend to their context through its attention mask. Deliberately not transformers':
+    ``RagSequenceForGeneration.generate`` runs these beams with ``attention_mask=None``, so a padded context
+    is attended to with its pads (it pads every context to ``max_combined_length``); the paper's
+    p(y|x,z) is of the context itself (tests/test_transformers_differences.py).
+    """
     state = generator.begin(memory, torch.arange(n_rows))
     doc_cfg = replace(cfg, num_return_sequences=cfg.num_beams)
     if cfg.num_beams == 1:
@@ -117,7 +123,7 @@ def rag_sequence_decode(
     scores = scores.masked_fill(~keep, -float("inf"))
     R = min(cfg.num_return_sequences, K * nb)
     best = scores.topk(R, dim=1).indices  # (B, R)
-    pick = lambda t: torch.take_along_dim(t, best.view(B, R, *([1] * (t.dim() - 2))), dim=1)  # noqa: E731
+    pick = lambda t: torch.take_along_dim(t, best.view(B, R, *([1] * (t.dim() - 2))), dim=1)
     tokens = pick(targets)
     width = max(1, int((tokens != generator.pad_token_id).sum(-1).max()))
     return Decoded(tokens[..., :width], pick(scores[..., None])[..., 0], pick(doc_ll))

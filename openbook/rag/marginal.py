@@ -23,11 +23,11 @@ __all__ = [
     "doc_log_prior",
     "gather_target_logprobs",
     "rag_sequence_nll",
-    "rag_token_nll",
     "rag_token_marginal",
+    "rag_token_nll",
     "sequence_doc_posterior",
-    "token_doc_posterior",
     "sequence_logprob_per_doc",
+    "token_doc_posterior",
 ]
 
 
@@ -85,6 +85,11 @@ def rag_sequence_nll(
 
     -log sum_z exp(log p(z|x) + sum_t log p(y_t|x,z,y_<t)); with ``epsilon > 0`` mixed with the smoothing
     objective the way transformers does (the prior is added once per document to both terms).
+
+    Deliberately not transformers': its ``RagSequenceForGeneration.get_nll`` adds log p(z|x) at the second
+    target position, so for a target with one scored token (the second position is padding, or absent) the
+    prior is dropped and the loss is -log sum_z p(y|x,z). The paper's eq. 1 keeps p(z|x) for every target
+    length, and so does this function (tests/test_transformers_differences.py).
     """
     seq_ll = sequence_logprob_per_doc(token_logprobs, targets, mask, exclude_first) + doc_logprobs
     nll = -torch.logsumexp(seq_ll, dim=1)

@@ -227,7 +227,7 @@ class RAG(nn.Module):
         memory = self.generator.encode(self.generator.contexts(questions, retrieval.passages))
         targets, mask = self.generator.encode_targets(list(answers), max_target_length)
         rows = torch.arange(B * K)
-        lp = self.generator.target_logprobs(memory, rows, targets.repeat_interleave(K, 0))
+        lp = self.generator.target_logprobs(memory, rows, targets.repeat_interleave(K, 0), training=True)
         lp = lp.view(B, K, targets.shape[1], -1)
         nll = rag_sequence_nll if self.model_type == "rag-sequence" else rag_token_nll
         return nll(lp, retrieval.doc_logprobs, targets, mask, epsilon=epsilon).mean()
