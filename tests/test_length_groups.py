@@ -12,9 +12,10 @@ import random
 
 import pytest
 import torch
+from tiny import bart_tokenizer, t5_tokenizer, tiny_bart, tiny_t5
+from tolerance import magnitude, model_tolerance
 
 from openbook.models.generators import Contexts, Seq2SeqGenerator, length_groups, regroup_rows
-from tiny import bart_tokenizer, t5_tokenizer, tiny_bart, tiny_t5
 
 
 def brute_force_cost(lengths, group_cost):
@@ -58,13 +59,18 @@ def test_regroup_rows_restores_the_order():
     assert regroup_rows(parts, groups).flatten().tolist() == [0.0, 1.0, 2.0, 3.0]
 
 
-def assert_grads_close(a: dict, b: dict) -> None:
-    """Equal up to float32 summation order: differences small next to each gradient's own size (tiny random
-    T5 has gradients in the thousands)."""
+def assert_grads_close(a: dict, b: dict, config, length: int) -> None:
+    """Equal up to float32 rounding, norm-wise: every tensor within the bound of ``model_tolerance`` scaled
+    by the largest gradient of the whole model. Back-propagation mixes every signal into every gradient,
+    so a tensor's rounding error follows the model's largest back-propagated values, not its own size
+    (tiny random T5 has gradients up to ~1e4 next to others of ~1, and key biases whose gradient is zero
+    in exact arithmetic). A grouping bug changes the encoder's output and with it the large gradients by
+    O(1), far above the bound (about 2e-4 of the largest gradient)."""
     assert a.keys() == b.keys()
-    for name in a:
-        scale = max(1.0, float(b[name].abs().max()))
-        assert float((a[name] - b[name]).abs().max()) <= 1e-4 * scale, name
+    scale = max(magnitude(g) for g in b.values())
+    for name, got in a.items():
+        torch.testing.assert_close(got, b[name], **model_tolerance(b[name], config, length, scale=scale),
+                                   msg=lambda m, name=name: f"{name}: {m}")
 
 
 def _seq2seq(family):
@@ -111,8 +117,8 @@ def test_seq2seq_grouped_encoding_equals_one_padded_block(family, monkeypatch):
     targets = torch.randint(4, 100, (7, 5), generator=torch.Generator().manual_seed(1))
     (plain, plain_grads), (grouped, grouped_grads) = _compare(gen, contexts, targets, rows)
     assert widths[0] == 30 and len(widths) > 2 and max(widths[1:]) == 30 and min(widths[1:]) < 10
-    torch.testing.assert_close(grouped, plain, atol=1e-5, rtol=1e-5)
-    assert_grads_close(grouped_grads, plain_grads)
+    torch.testing.assert_close(grouped, plain, **model_tolerance(plain, gen.model.config, ids.shape[1]))
+    assert_grads_close(grouped_grads, plain_grads, gen.model.config, ids.shape[1])
 
 
 def test_seq2seq_left_padded_contexts_are_not_grouped():
@@ -138,8 +144,9 @@ def test_causal_grouped_prefill_equals_one_padded_block():
     targets, _ = gen.encode_targets(["paris", "the poet", "rome", "berlin", "a play", "two"])
     rows = torch.arange(6)
     (plain, plain_grads), (grouped, grouped_grads) = _compare(gen, contexts, targets, rows)
-    torch.testing.assert_close(grouped, plain, atol=1e-5, rtol=1e-5)
-    assert_grads_close(grouped_grads, plain_grads)
+    width = contexts.input_ids.shape[1]
+    torch.testing.assert_close(grouped, plain, **model_tolerance(plain, gen.model.config, width))
+    assert_grads_close(grouped_grads, plain_grads, gen.model.config, width)
     # and step-wise decoding from the grouped cache gives the teacher-forced distributions
     gen.model.eval()
     with torch.no_grad():
@@ -151,8 +158,8 @@ def test_causal_grouped_prefill_equals_one_padded_block():
             second = state.step(targets[:, 0])
             if cost is None:
                 reference = (first, second)
-        torch.testing.assert_close(first, reference[0], atol=1e-5, rtol=1e-5)
-        torch.testing.assert_close(second, reference[1], atol=1e-5, rtol=1e-5)
+        for got, want in zip((first, second), reference):
+            torch.testing.assert_close(got, want, **model_tolerance(want, gen.model.config, width))
 
 
 def test_sliding_window_models_prefill_in_one_block():

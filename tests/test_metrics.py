@@ -274,6 +274,22 @@ def test_recall_at_k():
         recall_at_k([], [1])
 
 
+def test_recall_at_k_is_one_function_for_lists_and_arrays():
+    """Retrieval evaluation and the task metrics share one recall@k (it also takes a (queries, ranks) array)."""
+    import numpy as np
+
+    from openbook.eval import retrieval
+
+    assert retrieval.recall_at_k is recall_at_k
+    rectangular = [[False, True, False], [False, False, False], [True, True, False], [False, False, True]]
+    want = {1: 0.25, 2: 0.5, 3: 0.75, 10: 0.75}
+    assert recall_at_k(np.array(rectangular), np.array([1, 2, 3, 10])) == want == recall_at_k(rectangular, [1, 2, 3, 10])
+    with pytest.raises(InputError):
+        recall_at_k(np.zeros((0, 3), bool), [1])
+    with pytest.raises(InputError, match="list of booleans"):
+        recall_at_k(np.array([True, False]), [1])  # one query's hits, not a list of them
+
+
 def test_gold_title_overlap():
     retrieved = [["Ghost (1990 film)", "Patrick Swayze"], ["Paris", "France", "Seine"], ["Anything"]]
     golds = [{"Ghost_-LRB-1990_film-RRB-"}, {"Seine"}, set()]  # FEVER spelling; no evidence for claim 3

@@ -187,6 +187,31 @@ def test_train_command_task_errors_name_the_file(tmp_path, capsys):
     assert "unknown task 'squad'" in capsys.readouterr().err
 
 
+def test_read_pairs_uses_the_shared_question_answers_reader(tmp_path):
+    """`openbook train` without --task reads {input, target} and {question, answers} (NQ-open) lines, plain
+    or gzip, with the qa task's checks: a bad line is a one-line error naming file:line."""
+    import gzip
+
+    from openbook.commands.train import read_pairs
+    from openbook.errors import InputError
+
+    lines = [{"input": "who wrote it", "target": "hemingway"},
+             {"question": " capital of france ", "answers": ["paris", "Paris"], "ctxs": [{"title": "P", "text": "x"}]}]
+    data = tmp_path / "train.jsonl.gz"
+    data.write_bytes(gzip.compress("".join(json.dumps(r) + "\n" for r in lines).encode()))
+    assert read_pairs(str(data)) == [("who wrote it", "hemingway", ["hemingway"]),
+                                     ("capital of france", "paris", ["paris", "Paris"])]
+    assert read_pairs(str(data), limit=1) == [("who wrote it", "hemingway", ["hemingway"])]
+    bad = tmp_path / "bad.jsonl"
+    for content, problem in [(json.dumps(lines[0]) + "\n{oops\n", "bad.jsonl:2: malformed JSON"),
+                             (json.dumps({"question": "q", "answers": []}) + "\n", "bad.jsonl:1: 'answers'"),
+                             (json.dumps({"text": "q"}) + "\n", "bad.jsonl:1: expected {question, answers}"),
+                             ("\n", "bad.jsonl: no examples")]:
+        bad.write_text(content)
+        with pytest.raises(InputError, match=problem):
+            read_pairs(str(bad))
+
+
 def test_train_command_max_context_length_is_kept_by_the_run(kb, tmp_path, capsys):
     """--max-context-length cuts the generator's inputs in training and is restored by load_run."""
     from test_closed_book import save_tiny_models

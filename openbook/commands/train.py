@@ -62,24 +62,10 @@ def bf16_hardware() -> bool:
 
 
 def read_pairs(path: str, limit: int | None = None) -> list[tuple[str, str, list[str]]]:
-    """(input, target, all gold answers) from {input, target} or {question, answers} JSON Lines."""
-    from openbook.corpus.readers import read_records
-    from openbook.errors import InputError
-
-    pairs = []
-    for i, rec in enumerate(read_records(path), 1):
-        if "input" in rec and "target" in rec:
-            pairs.append((str(rec["input"]), str(rec["target"]), [str(rec["target"])]))
-        elif "question" in rec and rec.get("answers"):
-            answers = [str(a) for a in rec["answers"]]
-            pairs.append((str(rec["question"]), answers[0], answers))
-        else:
-            raise InputError(f"{path}: record {i} has neither input/target nor question/answers")
-        if limit and len(pairs) >= limit:
-            break
-    if not pairs:
-        raise InputError(f"{path}: no training pairs")
-    return pairs
+    """(input, target, all gold answers) from {input, target} or {question, answers} JSON Lines: the
+    generic ``qa`` task's reader, so the same checks and ``file:line`` errors as ``--task qa``."""
+    _, examples = read_task_pairs("qa", path, limit=limit)
+    return [(ex.input, ex.target, ex.golds) for ex in examples]
 
 
 def read_task_pairs(task_name: str, path: str, limit: int | None = None) -> tuple[object, list]:

@@ -4,6 +4,7 @@ Nothing here imports torch at import time; the dense retriever uses an encoder i
 """
 
 from openbook.eval.datasets import qa_record, read_nq_open
+from openbook.eval.metrics import recall_at_k
 from openbook.eval.retrieval import (
     DEFAULT_KS,
     answer_in_passage,
@@ -11,7 +12,6 @@ from openbook.eval.retrieval import (
     evaluate_retrieval,
     gold_match,
     knowledge_base_bm25,
-    recall_at_k,
     standard_retrievers,
 )
 

@@ -11,18 +11,62 @@
 Each record becomes ``{"question": str, "answers": [str, ...], "gold": {"title", "text"} | None}``.
 Other keys are ignored. Malformed input raises :class:`~openbook.errors.InputError` naming
 ``file:line``.
+
+:func:`read_jsonl` is the one JSON Lines reader of evaluation and task data (this module's questions,
+every task's examples, ``openbook train``'s pairs): gzip-aware, each record checked by a parse
+function, errors naming ``file:line``, an optional limit, and an empty result an error.
 """
 
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
-from openbook.corpus.readers import _numbered_records
+from openbook.corpus.readers import read_numbered_records
 from openbook.errors import InputError
 
 QARecord = dict[str, Any]
+T = TypeVar("T")
+
+
+def check_limit(limit: Any) -> int | None:
+    """``limit`` if it is None or a positive integer, else an InputError."""
+    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
+        raise InputError(f"limit must be a positive integer, got {limit!r}")
+    return limit
+
+
+def nonempty(items: list[T], path: str | os.PathLike, what: str) -> list[T]:
+    """``items``, or an InputError saying that ``path`` holds no ``what``."""
+    if not items:
+        raise InputError(f"{path}: no {what} (the file is empty or every record was skipped)")
+    return items
+
+
+def read_jsonl(
+    path: str | os.PathLike, parse: Callable[[dict[str, Any]], T | None], limit: int | None = None,
+    what: str = "records",
+) -> list[tuple[int, T]]:
+    """``(line number, parse(record))`` for the JSON objects of a JSON Lines file (plain or gzip).
+
+    ``parse`` checks one record and raises InputError saying what is wrong (re-raised as
+    ``path:line: ...``, as are malformed JSON and unreadable files); a None result skips the record.
+    At most ``limit`` results; none at all is an InputError ("no ``what``").
+    """
+    limit = check_limit(limit)
+    items: list[tuple[int, T]] = []
+    for lineno, record in read_numbered_records(path):
+        if limit is not None and len(items) >= limit:
+            break
+        try:
+            item = parse(record)
+        except InputError as exc:
+            raise InputError(f"{path}:{lineno}: {exc}") from None
+        if item is not None:
+            items.append((lineno, item))
+    return nonempty(items, path, what)
 
 
 def read_nq_open(path: str | os.PathLike, limit: int | None = None) -> list[QARecord]:
@@ -30,20 +74,7 @@ def read_nq_open(path: str | os.PathLike, limit: int | None = None) -> list[QARe
 
     ``limit`` keeps only the first ``limit`` records. An empty file is an error.
     """
-    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
-        raise InputError(f"limit must be a positive integer, got {limit!r}")
-    path = Path(path)
-    records: list[QARecord] = []
-    for lineno, raw in _numbered_records(path):
-        if limit is not None and len(records) >= limit:
-            break
-        try:
-            records.append(qa_record(raw))
-        except InputError as exc:
-            raise InputError(f"{path}:{lineno}: {exc}") from None
-    if not records:
-        raise InputError(f"{path}: no questions (the file is empty)")
-    return records
+    return [record for _, record in read_jsonl(Path(path), qa_record, limit, what="questions")]
 
 
 def qa_record(raw: dict[str, Any]) -> QARecord:

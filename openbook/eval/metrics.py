@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import functools
 import math
+import numbers
 import re
 import string
 import unicodedata
@@ -96,10 +97,10 @@ def _check_ks(ks: Any) -> list[int]:
         raise InputError(f"ks must be a list of positive integers, got {ks!r}")
     values: list[int] = []
     for k in ks:
-        if isinstance(k, bool) or not isinstance(k, int) or k < 1:
+        if isinstance(k, bool) or not isinstance(k, numbers.Integral) or k < 1:
             raise InputError(f"k must be a positive integer, got {k!r}")
-        if k not in values:
-            values.append(k)
+        if int(k) not in values:
+            values.append(int(k))
     if not values:
         raise InputError("give at least one k")
     return values
@@ -534,10 +535,9 @@ def recall_at_k(ranked_hits: Sequence[Sequence[bool]], ks: Iterable[int]) -> dic
     """``{k: fraction of queries with a hit among their first k results}``.
 
     ``ranked_hits`` holds one list per query, in rank order, True where that result is relevant (an
-    answer-bearing passage, a gold article ...). Lists may differ in length; a k beyond a query's list
-    uses the whole list (fewer results were retrieved). Same definition as
-    :func:`openbook.eval.retrieval.recall_at_k`, which takes a rectangular array instead. No queries
-    raises :class:`~openbook.errors.InputError`.
+    answer-bearing passage, a gold article ...): a list of lists, or a boolean ``(queries, ranks)``
+    array. Lists may differ in length; a k beyond a query's list uses the whole list (fewer results were
+    retrieved). No queries raises :class:`~openbook.errors.InputError`.
     """
     ks = _check_ks(ks)
     if isinstance(ranked_hits, (str, bytes)) or not isinstance(ranked_hits, Iterable):

@@ -19,7 +19,8 @@ Metrics (pure functions):
   articles into <= 100-word chunks: every chunk of the gold passage counts (the demo knowledge base
   holds the NQ gold passages as ``nqgold:*`` chunks), and so does a longer passage that contains the
   whole gold text.
-* :func:`recall_at_k` -- the fraction of questions with at least one hit in the top k.
+* :func:`~openbook.eval.metrics.recall_at_k` -- the fraction of questions with at least one hit in the
+  top k (the one definition, shared with the task metrics).
 
 :func:`evaluate_retrieval` runs retrievers -- :class:`openbook.index.retriever.Retriever` objects, the
 one retrieval seam that the RAG model also uses -- over questions in batches and reports recall@k of
@@ -39,6 +40,7 @@ import numpy as np
 import regex
 
 from openbook.errors import InputError, positive_int
+from openbook.eval.metrics import recall_at_k
 from openbook.index.bm25 import knowledge_base_bm25
 from openbook.index.dense import check_k
 from openbook.index.retriever import HYBRID_DEPTH, RETRIEVERS, Retriever, make_retriever
@@ -116,20 +118,6 @@ def gold_match(passage: Any, gold: Any) -> bool:
         return False
     text, gold_text = _collapse(_field(passage, "text")), _collapse(_field(gold, "text"))
     return bool(text) and bool(gold_text) and (text in gold_text or gold_text in text)
-
-
-def recall_at_k(hits, ks: Iterable[int]) -> dict[int, float]:
-    """``{k: fraction of rows with a True among the first k columns}`` for a bool ``(m, K)`` array.
-
-    ``k`` larger than ``K`` uses all ``K`` columns (fewer passages were retrieved).
-    """
-    hits = np.asarray(hits, dtype=bool)
-    if hits.ndim != 2:
-        raise InputError(f"hits must be a 2-D (questions, ranks) array, got shape {hits.shape}")
-    if hits.shape[0] == 0:
-        raise InputError("recall@k of no questions is undefined")
-    first_hit = np.where(hits.any(axis=1), hits.argmax(axis=1), np.iinfo(np.int64).max)
-    return {int(k): float((first_hit < check_k(k)).mean()) for k in ks}
 
 
 def check_ks(ks: Iterable[int]) -> list[int]:

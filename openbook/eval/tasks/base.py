@@ -25,6 +25,8 @@ from pathlib import Path
 from typing import Any
 
 from openbook.errors import InputError
+from openbook.eval.datasets import check_limit, read_jsonl
+from openbook.eval.datasets import nonempty as _nonempty
 from openbook.eval.metrics import label_accuracy
 
 __all__ = ["ClassificationTask", "Example", "Task", "check_limit", "read_jsonl_examples", "string_list", "text"]
@@ -112,12 +114,6 @@ class ClassificationTask(Task):
 # reading helpers
 
 
-def check_limit(limit: Any) -> int | None:
-    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
-        raise InputError(f"limit must be a positive integer, got {limit!r}")
-    return limit
-
-
 def text(record: dict[str, Any], *keys: str) -> str:
     """The first of ``keys`` present in ``record``, which must be a non-empty string (returned stripped)."""
     for key in keys:
@@ -155,29 +151,17 @@ def _keys(record: dict[str, Any]) -> str:
 def read_jsonl_examples(
     path: str | os.PathLike, parse: Callable[[dict[str, Any]], Example | None], limit: int | None = None
 ) -> list[Example]:
-    """Examples of a JSON Lines file: ``parse`` each record; errors name ``path:line``."""
-    from openbook.corpus.readers import read_numbered_records
-
-    limit = check_limit(limit)
-    path = Path(path)
-    examples: list[Example] = []
-    for lineno, record in read_numbered_records(path):
-        if limit is not None and len(examples) >= limit:
-            break
-        try:
-            example = parse(record)
-        except InputError as exc:
-            raise InputError(f"{path}:{lineno}: {exc}") from None
-        if example is not None:
-            example.meta.setdefault("line", lineno)
-            examples.append(example)
-    return nonempty(examples, path)
+    """Examples of a JSON Lines file (:func:`~openbook.eval.datasets.read_jsonl`: ``parse`` each record;
+    errors name ``path:line``); each example's ``meta["line"]`` is its line."""
+    examples = []
+    for lineno, example in read_jsonl(Path(path), parse, limit, what="examples"):
+        example.meta.setdefault("line", lineno)
+        examples.append(example)
+    return examples
 
 
 def nonempty(examples: list[Example], path: Path) -> list[Example]:
-    if not examples:
-        raise InputError(f"{path}: no examples (the file is empty or every record was skipped)")
-    return examples
+    return _nonempty(examples, path, "examples")
 
 
 def numbered_lines(path: Path) -> Iterator[tuple[int, str]]:
