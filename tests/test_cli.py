@@ -93,7 +93,8 @@ def stub(monkeypatch):
     holder = types.SimpleNamespace(rag=None, loads=[], warn=None, load_error=None)
 
     def fake_load(args):
-        holder.loads.append(dict(model=args.model, kb=args.kb, generator=args.generator, encoder=args.encoder))
+        holder.loads.append({"model": args.model, "kb": args.kb, "generator": args.generator,
+                             "encoder": args.encoder})
         if holder.load_error is not None:
             raise holder.load_error
         holder.rag = StubRAG(model=args.model or "rag-sequence", warn=holder.warn)
@@ -401,7 +402,8 @@ def test_load_model_passes_the_options_to_the_one_loader(monkeypatch):
     args = cli.build_parser().parse_args(["ask", "q?", "--model", "rag-token", "--kb", "kb", "--generator", "g",
                                           "--encoder", "e", "--retriever", "bm25", "--k", "3"])
     assert options.load_model(args) == "loaded"
-    assert seen == dict(model="rag-token", kb="kb", generator="g", encoder="e", run=None, retriever="bm25", k=3)
+    assert seen == {"model": "rag-token", "kb": "kb", "generator": "g", "encoder": "e", "run": None,
+                    "retriever": "bm25", "k": 3}
 
 
 def python(*args):
