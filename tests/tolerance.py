@@ -46,12 +46,17 @@ MAX_RELATIVE = 1e-2  # a bound this loose could hide an O(1) bug: refuse it
 
 
 def eps(dtype: Any = torch.float32) -> float:
-    """Machine epsilon of a torch or numpy dtype (or of a value's dtype; Python floats are float64)."""
+    """Machine epsilon of a torch or numpy dtype, or of a value's dtype (Python numbers are float64)."""
     if isinstance(dtype, (torch.Tensor, np.ndarray, np.generic)):
         dtype = dtype.dtype
-    elif isinstance(dtype, (float, int)) or (isinstance(dtype, (list, tuple)) and not isinstance(dtype, str)):
-        dtype = "float64"
-    name = str(dtype).removeprefix("torch.")
+    elif isinstance(dtype, (float, int, list, tuple)):
+        dtype = np.float64
+    if isinstance(dtype, torch.dtype):
+        name = str(dtype).removeprefix("torch.")
+    elif isinstance(dtype, str):
+        name = dtype
+    else:
+        name = np.dtype(dtype).name
     if name not in EPS:
         raise ValueError(f"no machine epsilon for {dtype!r}")
     return EPS[name]
@@ -116,3 +121,21 @@ def model_tolerance(reference: Any, config: Any, length: int = 1, dtype: Any = t
     else:
         depth = 2 * config.num_hidden_layers + 1
     return tolerance(reference, terms=terms, depth=depth, dtype=dtype, scale=scale)
+
+
+def probability_sum_bound(k: int, logits: float = 1.0, dtype: Any = torch.float32) -> float:
+    """The bound on ``|sum of k probabilities - 1|`` for a softmax over k values computed in ``dtype``.
+
+    Normalising divides k rounded terms by their rounded sum, so the k quotients sum to 1 within
+    ~k * eps whatever the inputs; probabilities taken as ``exp(log_softmax(x))`` also carry the rounding
+    of each log-probability, ~k * eps * max|x|: give ``logits`` = max|x| (at least 1).
+    """
+    return bound(terms=k, dtype=dtype, scale=max(1.0, float(logits)))
+
+
+def dot_tolerance(queries: Any, docs: Any, dtype: Any = np.float32) -> dict[str, float]:
+    """:func:`tolerance` for inner products ``q . d`` (``dim`` terms each, as an index computes them):
+    the terms' scale is at most ``max|q| * max|d|`` (Cauchy-Schwarz), however much the sum cancels."""
+    queries, docs = np.atleast_2d(np.asarray(queries, np.float64)), np.atleast_2d(np.asarray(docs, np.float64))
+    scale = float(np.linalg.norm(queries, axis=1).max() * np.linalg.norm(docs, axis=1).max())
+    return tolerance(terms=queries.shape[1], dtype=dtype, scale=scale)
