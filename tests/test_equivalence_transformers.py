@@ -1,6 +1,7 @@
 """openbook's RAG equals transformers' RAG on identical weights, contexts and document scores.
 
-* the training loss (RAG-Sequence and RAG-Token, with and without label smoothing) agrees to 1e-5;
+* the training loss (RAG-Sequence and RAG-Token, with and without label smoothing) agrees up to float32
+  rounding (``tests/tolerance.py``: the network's reductions times its depth, ~2e-4 relative at most);
 * RAG-Token beam search and greedy search return the tokens of ``RagTokenForGeneration.generate``;
 * RAG-Sequence Thorough decoding returns the tokens of ``RagSequenceForGeneration.generate``;
 * a transformers RAG model saved with ``save_pretrained`` (the layout of ``facebook/rag-*``) imports.
@@ -23,6 +24,7 @@ from openbook.models.generators import Contexts, Seq2SeqGenerator
 from openbook.models.hf_rag import load_hf_rag
 from openbook.rag.decoding import beam_config_for, rag_sequence_decode, rag_token_decode
 from openbook.rag.marginal import doc_log_prior, rag_sequence_nll, rag_token_nll
+from tolerance import model_tolerance
 
 B, K, L, V = 4, 3, 12, 128
 
@@ -79,7 +81,7 @@ def test_training_loss_matches(model, eps, family):
         labels=labels, n_docs=K,
     ).loss
     mine = our_loss(ours, ctx, scores, labels, model, eps)
-    torch.testing.assert_close(mine, ref, atol=1e-5, rtol=1e-6)
+    torch.testing.assert_close(mine, ref, **model_tolerance(ref, gen.config, L))
 
 
 def strip(rows: list[list[int]], pad: int) -> list[list[int]]:
@@ -138,7 +140,8 @@ def test_fast_decoding_is_thorough_restricted_to_beams():
     thorough = rag_sequence_decode(ours, memory, prior, cfg, "thorough")
     finite = torch.isfinite(fast.doc_seq_logprobs)
     assert finite.any(dim=-1).all()  # every hypothesis came from at least one beam
-    assert (fast.scores <= thorough.scores.max(dim=1, keepdim=True).values + 1e-4).all()
+    slack = model_tolerance(thorough.scores[torch.isfinite(thorough.scores)], gen.config, L)["atol"]
+    assert (fast.scores <= thorough.scores.max(dim=1, keepdim=True).values + slack).all()
 
 
 @pytest.mark.parametrize("cls", [RagSequenceForGeneration, RagTokenForGeneration])
@@ -156,13 +159,14 @@ def test_saved_transformers_checkpoint_imports(tmp_path, cls):
     with torch.no_grad():
         mine_q = imported.query_encoder(["who wrote the sun rises", "capital of france"])
         ref_q = hf.question_encoder(q["input_ids"], attention_mask=q["attention_mask"])[0]
-    torch.testing.assert_close(mine_q, ref_q, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(mine_q, ref_q, **model_tolerance(ref_q, hf.question_encoder.config, q["input_ids"].shape[1]))
     scores = torch.randn(B, K, generator=torch.Generator().manual_seed(8))
     labels = labels_for(9, ours.start_token_id, ours.pad_token_id)
     ref_loss = hf(context_input_ids=ctx.input_ids, context_attention_mask=ctx.attention_mask,
                   doc_scores=scores, labels=labels, n_docs=K).loss
     model = "tok" if cls is RagTokenForGeneration else "seq"
-    torch.testing.assert_close(our_loss(ours, ctx, scores, labels, model, 0.0), ref_loss, atol=1e-5, rtol=1e-6)
+    mine = our_loss(ours, ctx, scores, labels, model, 0.0)
+    torch.testing.assert_close(mine, ref_loss, **model_tolerance(ref_loss, gen.config, L))
     ref = hf.generate(context_input_ids=ctx.input_ids, context_attention_mask=ctx.attention_mask,
                       doc_scores=scores, n_docs=K, num_beams=3, max_length=10)
     cfg = beam_config_for(ours, num_beams=3, max_length=10)

@@ -75,6 +75,7 @@ def test_hot_swap_with_a_trained_run(tmp_path, monkeypatch, capsys):
     import torch
     from safetensors.torch import load_file
     from test_closed_book import save_tiny_models, train_run
+    from tolerance import model_tolerance
 
     import openbook.rag.assemble as assemble
     from openbook.cli import main
@@ -101,7 +102,8 @@ def test_hot_swap_with_a_trained_run(tmp_path, monkeypatch, capsys):
     assert any(not torch.equal(v, untrained.state_dict()[k]) for k, v in rag.query_encoder.state_dict().items())
     kb = KnowledgeBase.load(out / "kb-2018")
     passages = kb.passages(np.arange(len(kb)))
-    assert np.allclose(kb.embeddings[: len(passages)], untrained.encode_passages(passages), atol=1e-5)
+    want = untrained.encode_passages(passages)  # the knowledge base was encoded by the same encoder, in batches
+    np.testing.assert_allclose(kb.embeddings[: len(passages)], want, **model_tolerance(want, untrained.model.config, 64))
     assert "run " + str(run) in (out / "report.md").read_text()
 
 

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from tolerance import dot_tolerance
 
 from openbook.corpus import Passage, RecordErrors, SourcePassage, iter_source_passages, source_kind
 from openbook.errors import InputError, KnowledgeBaseError
@@ -357,8 +358,9 @@ def test_build_from_sources_float16(tmp_path):
     np.testing.assert_array_equal(kb.embeddings, encode(corpus(9)).astype(np.float16))
     scores, rows = kb.search(hashed_bow([corpus(9)[4].text]), 1)
     assert rows[0, 0] == 4
-    np.testing.assert_allclose(scores[0, 0], kb.embeddings[4].astype(np.float32) @ hashed_bow([corpus(9)[4].text])[0],
-                               rtol=1e-5)
+    query = hashed_bow([corpus(9)[4].text])[0]
+    np.testing.assert_allclose(scores[0, 0], kb.embeddings[4].astype(np.float32) @ query,
+                               **dot_tolerance(query, kb.embeddings[4].astype(np.float32)))
 
 
 def test_duplicate_ids_stop_or_skip(tmp_path):
@@ -520,11 +522,12 @@ def test_compressed_indexes_rerank_exactly_from_the_stored_vectors(tmp_path, ind
     scores, rows = kb.search(queries, 5)
     vectors = np.asarray(kb.embeddings, dtype=np.float32)
     exact = np.einsum("qkd,qd->qk", vectors[rows], queries.astype(np.float32))
-    np.testing.assert_allclose(scores, exact, rtol=1e-4, atol=1e-4)
-    assert (np.diff(scores, axis=1) <= 1e-6).all()  # best first
+    tol = dot_tolerance(queries, vectors)  # re-scored exactly: the same dot products up to rounding
+    np.testing.assert_allclose(scores, exact, **tol)
+    assert (np.diff(scores, axis=1) <= tol["atol"]).all()  # best first
     kb.index.rerank_with(None)  # the raw compressed search for comparison
     raw_scores, _ = kb.index.search(queries, 5)
-    assert not np.allclose(raw_scores, exact, atol=1e-4)  # without re-ranking the scores are approximations
+    assert not np.allclose(raw_scores, exact, **tol)  # without re-ranking the scores are approximations
 
 
 def test_unknown_index_type_fails_before_encoding(tmp_path):

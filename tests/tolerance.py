@@ -19,10 +19,15 @@ This is the worst case: rounding errors of random sign grow like sqrt(n), so the
 about sqrt(n) times smaller. That factor is the margin against other machines' rounding; nothing in
 here is tuned to one machine.
 
+The scale is that of the terms, which is not always the result's: a dot product that cancels is
+bounded by |q| |d| (:func:`dot_tolerance`), and a gradient's rounding follows the largest
+back-propagated values of the whole network rather than its own size (tests/test_length_groups.py
+compares gradients norm-wise, scaled by the model's largest gradient).
+
 What the bound still catches: a real bug (a wrong mask, a dropped prior, an off-by-one position, a
-missing normalisation) changes a value by O(1) relative to its scale. Every call in this suite keeps
-``depth * n * eps`` at or below ~3e-3, so a bug is at least ~300 times the bound; the tests below state
-their n and depth, and :func:`tolerance` refuses a bound of 1% or more.
+missing normalisation) changes a value by O(1) relative to its scale. In this suite ``depth * n * eps``
+stays below ~3e-4 in float32 (the largest: tiny T5, 11 reductions over its 128-word vocabulary, 1.7e-4),
+so a bug is over a thousand times the bound; :func:`tolerance` refuses a bound of 1% or more.
 
 Comparisons that must be exact (token ids, decoded strings, integer counts, values copied without
 arithmetic) stay exact and do not use this module.
@@ -46,12 +51,17 @@ MAX_RELATIVE = 1e-2  # a bound this loose could hide an O(1) bug: refuse it
 
 
 def eps(dtype: Any = torch.float32) -> float:
-    """Machine epsilon of a torch or numpy dtype (or of a value's dtype; Python floats are float64)."""
+    """Machine epsilon of a torch or numpy dtype, or of a value's dtype (Python numbers are float64)."""
     if isinstance(dtype, (torch.Tensor, np.ndarray, np.generic)):
         dtype = dtype.dtype
-    elif isinstance(dtype, (float, int)) or (isinstance(dtype, (list, tuple)) and not isinstance(dtype, str)):
-        dtype = "float64"
-    name = str(dtype).removeprefix("torch.")
+    elif isinstance(dtype, (float, int, list, tuple)):
+        dtype = np.float64
+    if isinstance(dtype, torch.dtype):
+        name = str(dtype).removeprefix("torch.")
+    elif isinstance(dtype, str):
+        name = dtype
+    else:
+        name = np.dtype(dtype).name
     if name not in EPS:
         raise ValueError(f"no machine epsilon for {dtype!r}")
     return EPS[name]
@@ -116,3 +126,21 @@ def model_tolerance(reference: Any, config: Any, length: int = 1, dtype: Any = t
     else:
         depth = 2 * config.num_hidden_layers + 1
     return tolerance(reference, terms=terms, depth=depth, dtype=dtype, scale=scale)
+
+
+def probability_sum_bound(k: int, logits: float = 1.0, dtype: Any = torch.float32) -> float:
+    """The bound on ``|sum of k probabilities - 1|`` for a softmax over k values computed in ``dtype``.
+
+    Normalising divides k rounded terms by their rounded sum, so the k quotients sum to 1 within
+    ~k * eps whatever the inputs; probabilities taken as ``exp(log_softmax(x))`` also carry the rounding
+    of each log-probability, ~k * eps * max|x|: give ``logits`` = max|x| (at least 1).
+    """
+    return bound(terms=k, dtype=dtype, scale=max(1.0, float(logits)))
+
+
+def dot_tolerance(queries: Any, docs: Any, dtype: Any = np.float32) -> dict[str, float]:
+    """:func:`tolerance` for inner products ``q . d`` (``dim`` terms each, as an index computes them):
+    the terms' scale is at most ``max|q| * max|d|`` (Cauchy-Schwarz), however much the sum cancels."""
+    queries, docs = np.atleast_2d(np.asarray(queries, np.float64)), np.atleast_2d(np.asarray(docs, np.float64))
+    scale = float(np.linalg.norm(queries, axis=1).max() * np.linalg.norm(docs, axis=1).max())
+    return tolerance(terms=queries.shape[1], dtype=dtype, scale=scale)
