@@ -26,8 +26,9 @@ ARTICLES = [
 
 
 def softmax_tolerance(logits) -> dict[str, float]:
-    """A float64 softmax computed two ways: each probability's relative rounding is ~k * eps * max|logit|."""
-    return {"rtol": probability_sum_bound(len(logits), float(np.abs(logits).max()), dtype=np.float64), "atol": 0.0}
+    """The float32 softmax of openbook.index.retriever.retrieval_logprobs against one computed here: each
+    probability's relative rounding is ~k * eps32 * max|logit| (the exp of a log-probability rounded in float32)."""
+    return {"rtol": probability_sum_bound(len(logits), float(np.abs(logits).max()), dtype=np.float32), "atol": 0.0}
 
 
 @pytest.fixture
@@ -101,7 +102,7 @@ def test_build_info_and_retrieve(capsys, tmp_path, corpus_dir, encoders):
     scores = np.array([p["score"] for p in top])
     assert (np.diff(scores) <= bound(terms=32, dtype=np.float32)).all()  # float32 dot products of unit vectors
     expected = np.exp(20 * scores) / np.exp(20 * scores).sum()  # normalised encoder: scale 20
-    # p(z|x) is a float64 softmax of these logits (openbook.commands.retrieve.retriever_probabilities)
+    # p(z|x) is the float32 softmax of these logits (openbook.index.retriever.retrieval_logprobs)
     np.testing.assert_allclose([p["prob"] for p in top], expected, **softmax_tolerance(20 * scores))
     assert result["score_scale"] == 20.0 and result["version"] == 1
 
@@ -242,7 +243,7 @@ def test_build_with_the_tiny_encoder_and_hnsw(capsys, tmp_path, corpus_dir, monk
     assert manifest["index"]["params"]["M"] == 8 and manifest["index"]["params"]["ef_search"] == 16
     result = retrieve(capsys, out, "capital of france", "--k", "6")
     total = sum(p["prob"] for p in result["passages"])
-    assert len(result["passages"]) == 6 and total == pytest.approx(1.0, abs=probability_sum_bound(6, dtype=np.float64))
+    assert len(result["passages"]) == 6 and total == pytest.approx(1.0, abs=probability_sum_bound(6, 20.0, dtype=np.float32))
     more = tmp_path / "more.jsonl"
     more.write_text(json.dumps({"id": "x", "text": "the king wrote music"}) + "\n", encoding="utf-8")
     code, _, err = run(capsys, "kb", "add", out, more, "--quiet")

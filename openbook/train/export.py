@@ -80,8 +80,8 @@ def export_transformers(rag, out_dir: str | os.PathLike, *, force: bool = False,
     if not generator.is_seq2seq:
         raise InputError("a causal-LM run cannot be expressed as a transformers RAG model, whose generator is "
                          "an encoder-decoder (BART, T5): train with such a --generator to export")
-    if rag.retriever != "dense":
-        raise InputError(f"a {rag.retriever} run has no dense retriever to export as a question encoder")
+    if rag.retriever.name != "dense":
+        raise InputError(f"a {rag.retriever.name} run has no dense retriever to export as a question encoder")
     question_encoder = dpr_question_encoder(rag.query_encoder, float(rag.score_scale.detach()))
     config = RagConfig.from_question_encoder_generator_configs(
         question_encoder.config, generator.model.config, n_docs=rag.k, max_combined_length=generator.max_context_length,
