@@ -43,11 +43,11 @@ ablation() {
         --bm25 runs/bm25 --frozen runs/frozen --learned runs/seq --out $DOCS/ablation
 }
 hot-swap() {
-    timed hot-swap $OB experiments hot-swap --leaders "$LEADERS" --run runs/seq --k 5 --max-new-tokens 16 \
+    timed hot-swap $OB experiments hot-swap --leaders "$LEADERS" --run runs/seq --k 5 --beams 1 --max-new-tokens 16 \
         --out $DOCS/hot-swap --json
 }
 posterior() {
-    timed posterior $OB experiments posterior --run runs/tok --question "who wrote the old man and the sea" \
+    timed posterior $OB experiments posterior --run runs/tok --question "who wrote the old man and the sea" --beams 1 \
         --out $DOCS/posterior --json
 }
 k-sweep() {
@@ -56,7 +56,7 @@ k-sweep() {
 }
 diversity() {
     # Table 5 analogue, zero-shot: no Jeopardy-trained runs fit this budget, so the untrained defaults
-    timed diversity $OB experiments diversity --task jeopardy --data "$JEOPARDY" --limit 40 --max-new-tokens 32 \
+    timed diversity $OB experiments diversity --task jeopardy --data "$JEOPARDY" --limit 40 --beams 1 --max-new-tokens 32 \
         --closed-book default --rag-sequence default --rag-token default --out $DOCS/diversity --json
 }
 experiments() { closed-book-vs-rag; ablation; hot-swap; posterior; k-sweep; diversity; }

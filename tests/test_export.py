@@ -18,6 +18,7 @@ import torch
 from test_rag_model import PASSAGES, tiny_encoder
 from tiny import bart_tokenizer, t5_tokenizer, tiny_bart, tiny_t5
 from tiny_encoders import save_bert, save_dpr
+from tolerance import model_tolerance
 from transformers import AutoTokenizer, RagSequenceForGeneration, RagTokenForGeneration
 
 from openbook.cli import main
@@ -128,7 +129,9 @@ def test_export_round_trips_through_openbooks_importer(folders, tmp_path, capsys
     with torch.no_grad():
         a, b = ours.retrieve(QUESTIONS, 2), imported.retrieve(QUESTIONS, 2)
         assert (a.ids == b.ids).all()
-        torch.testing.assert_close(b.doc_logprobs, a.doc_logprobs, atol=1e-5, rtol=1e-5)
+        # the same q(x) network, the score scale folded into its last linear map: equal up to its rounding
+        torch.testing.assert_close(b.doc_logprobs, a.doc_logprobs,
+                                   **model_tolerance(a.doc_logprobs, ours.query_encoder.model.config, 32))
         # An imported transformers checkpoint reads questions and targets as transformers does (the question
         # round-tripped through the question-encoder tokenizer, targets led by <s>: see hf_rag.py), so its
         # loss is transformers'; with openbook's own conventions restored, the weights give openbook's loss.
@@ -136,7 +139,7 @@ def test_export_round_trips_through_openbooks_importer(folders, tmp_path, capsys
         assert gen.question_tokenizer is not None and gen.training_start_token_id is not None
         gen.question_tokenizer, gen.training_start_token_id = None, None
         mine, theirs = float(ours.loss(QUESTIONS, ANSWERS, k=2)), float(imported.loss(QUESTIONS, ANSWERS, k=2))
-    assert mine == pytest.approx(theirs, rel=1e-5)
+    assert mine == pytest.approx(theirs, abs=model_tolerance(mine, ours.generator.model.config, 32)["atol"])
 
 
 def test_what_transformers_cannot_express_is_refused(folders, tmp_path, capsys):

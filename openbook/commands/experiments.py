@@ -28,8 +28,7 @@ def register(commands) -> None:
     hs.add_argument("--run", metavar="RUN", help="a run trained with `openbook train --out` (its query encoder "
                     "and generator; the paper swaps the index under its NQ-trained model); default: the untrained "
                     "--generator and --encoder")
-    options.add_options(hs, "model", "generator", "encoder", "k")  # without --run: the untrained models
-    hs.add_argument("--beams", type=positive_int, default=1, metavar="N", help="beam size; 1 = greedy (default)")
+    options.add_options(hs, "model", "generator", "encoder", "k", "beams")  # without --run: the untrained models
     hs.add_argument("--max-new-tokens", type=positive_int, metavar="N",
                     help=f"longest answer (default: {HOT_SWAP_MAX_NEW_TOKENS})")
     hs.add_argument("--limit", type=positive_int, help="first N changed offices only")
@@ -51,9 +50,8 @@ def _experiment(group, name: str, help: str, description: str, handler, data: bo
         p.add_argument("--task", default="nq", help="task reading --data and scoring (default: %(default)s)")
         p.add_argument("--limit", type=positive_int, metavar="N", help="first N dev examples only")
         options.add_options(p, "batch-size", "max-new-tokens", "decoding")
-    # Experiments decode greedily by default (fast on a CPU; the reports in docs/experiments use it).
-    p.add_argument("--beams", type=positive_int, default=1, metavar="N", help="beam size; 1 = greedy (default)")
-    options.add_options(p, "kb")
+    # The reports in docs/experiments decode greedily (--beams 1, fast on a CPU: scripts/real_runs.sh).
+    options.add_options(p, "beams", "kb")
     p.add_argument("--out", required=True, metavar="DIR", help="report.json, report.md and the plot go here")
     p.add_argument("--json", action="store_true", help="end with one JSON line of the headline figures")
     p.set_defaults(handler=handler, subparser=p)
