@@ -12,6 +12,8 @@ import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
+from openbook.errors import OpenbookError
+
 
 def fsync_path(path: str | os.PathLike) -> None:
     """Flush a written file (or, on POSIX, a directory entry) to disk; best effort for directories."""
@@ -96,3 +98,48 @@ def replace_dir(src: str | os.PathLike, dst: str | os.PathLike) -> None:
             raise
         shutil.rmtree(backup, ignore_errors=True)
     fsync_path(dst.parent)
+
+
+@contextlib.contextmanager
+def exclusive_lock(lock_path: str | os.PathLike, what: str, error: type[OpenbookError] = OpenbookError) -> Iterator[None]:
+    """Hold an exclusive advisory lock on ``lock_path`` (POSIX ``flock``); ``error`` if another process holds it.
+
+    Also refused: a lock file that was replaced while it was being taken (e.g. a build replacing the
+    whole folder), since its lock no longer guards anything. The lock ends with the process, so a killed
+    holder never leaves a stale lock behind.
+    """
+    try:
+        import fcntl
+    except ImportError:  # pragma: no cover - not POSIX: no locking
+        yield
+        return
+    lock_path = Path(lock_path)
+    with open(lock_path, "a+") as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            raise error(f"{what} is busy: another openbook process is changing it") from None
+        try:
+            current = os.path.samestat(os.fstat(handle.fileno()), os.stat(lock_path))
+        except OSError:
+            current = False
+        if not current:
+            raise error(f"{what} was replaced by another openbook process; try again")
+        yield
+
+
+def remove_leftovers_beside(path: str | os.PathLike) -> list[Path]:
+    """Remove the temporary siblings of ``path`` that a killed process left (``.<name>.tmp-*``,
+    ``.<name>.building-*``, ``.<name>.old-*``); return them. Call it only while holding the lock that
+    guards ``path``, so that no live writer of ``path`` can own them."""
+    path = Path(path)
+    removed = []
+    if path.parent.is_dir():
+        for entry in path.parent.iterdir():
+            if temp_name_of(entry.name) == path.name:
+                if entry.is_dir() and not entry.is_symlink():
+                    shutil.rmtree(entry, ignore_errors=True)
+                else:
+                    entry.unlink(missing_ok=True)
+                removed.append(entry)
+    return removed

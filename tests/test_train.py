@@ -75,6 +75,29 @@ def test_interrupted_run_resumes_to_the_same_weights(kb, tmp_path):
     assert all(torch.equal(a[k], b[k]) for k in a)
 
 
+def test_a_killed_runs_checkpoint_copies_are_removed_and_one_process_trains_a_folder(kb, tmp_path):
+    """kill -9 during save_checkpoint leaves a half-written `.checkpoint.building-*` copy (269 MB in the
+    finding) beside the checkpoint; the next run into the folder, holding its lock, removes it. A second
+    process training into a folder that is being trained into is refused."""
+    from openbook.atomic import exclusive_lock
+    from openbook.train.trainer import LOCK_FILE
+
+    out = tmp_path / "run"
+    cfg = TrainConfig(k=2, max_steps=2, batch_size=2, checkpoint_every=1, lr_generator=1e-3)
+    train(make_rag(kb), EXAMPLES, cfg, out, progress=False, stop_after=1)
+    leftovers = [out / ".checkpoint.building-0123456789ab", out / ".checkpoint.old-0123456789ab"]
+    for leftover in leftovers:
+        leftover.mkdir()
+        (leftover / "model.safetensors").write_bytes(b"half written")
+    mine = out / ".checkpoint.notes"  # not a temporary name: kept
+    mine.write_text("my notes")
+    state = train(make_rag(kb), EXAMPLES, cfg, out, resume=True, progress=False)
+    assert state.step == 2 and not any(p.exists() for p in leftovers) and mine.read_text() == "my notes"
+    with exclusive_lock(out / LOCK_FILE, "held by another trainer"):
+        with pytest.raises(InputError, match="busy"):
+            train(make_rag(kb), EXAMPLES, cfg, out, resume=True, progress=False)
+
+
 def test_bad_training_input_is_a_clear_error(kb, tmp_path):
     with pytest.raises(InputError, match="no training examples"):
         train(make_rag(kb), [], TrainConfig(), tmp_path / "x", progress=False)

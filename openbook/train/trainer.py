@@ -25,7 +25,7 @@ from pathlib import Path
 import torch
 from tqdm import tqdm
 
-from openbook.atomic import make_temp_dir_next_to, replace_dir
+from openbook.atomic import exclusive_lock, make_temp_dir_next_to, remove_leftovers_beside, replace_dir
 from openbook.errors import InputError
 from openbook.models.weights import (
     WEIGHTS_FILE,
@@ -37,6 +37,7 @@ from openbook.models.weights import (
 )
 
 CHECKPOINT = "checkpoint"
+LOCK_FILE = ".train.lock"  # held by the one process training into a run folder
 OPTIMIZER_FILE = "optimizer.safetensors"  # + optimizer.json
 RNG_FILE = "rng.safetensors"  # + rng.json
 
@@ -189,6 +190,15 @@ def train(
         raise InputError("no training examples")
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
+    # One training process per run folder; holding its lock, the half-written checkpoint copies of a killed
+    # run (.checkpoint.building-*, which can be hundreds of MB) cannot belong to a live writer: remove them.
+    with exclusive_lock(out_dir / LOCK_FILE, f"training run {out_dir}", InputError):
+        remove_leftovers_beside(out_dir / CHECKPOINT)
+        return _train(rag, examples, cfg, out_dir, resume, evaluate, progress, stop_after)
+
+
+def _train(rag, examples, cfg: TrainConfig, out_dir: Path, resume: bool, evaluate, progress: bool,
+           stop_after: int | None) -> TrainState:
     torch.manual_seed(cfg.seed)
     random.seed(cfg.seed)
     _set_trainable(rag, cfg)

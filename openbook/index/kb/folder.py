@@ -4,14 +4,12 @@ one that takes the lock."""
 
 from __future__ import annotations
 
-import contextlib
 import os
 import shutil
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
-from openbook.atomic import temp_name_of
+from openbook.atomic import exclusive_lock, temp_name_of
 from openbook.errors import InputError, KnowledgeBaseError
 from openbook.index.bm25 import BM25_CACHE_DIR
 from openbook.index.kb.layout import (
@@ -34,30 +32,9 @@ def partial_dir(out_dir: str | os.PathLike) -> Path:
     return out_dir.with_name(out_dir.name + PARTIAL_SUFFIX)
 
 
-@contextlib.contextmanager
-def _locked(lock_path: Path, what: str) -> Iterator[None]:
-    """Hold an exclusive advisory lock on ``lock_path`` (POSIX); KnowledgeBaseError if another holds it.
-
-    Also refused: a lock file that was replaced while it was being taken (a build replacing the whole
-    folder), since its lock no longer guards anything.
-    """
-    try:
-        import fcntl
-    except ImportError:  # pragma: no cover - not POSIX: no locking
-        yield
-        return
-    with open(lock_path, "a+") as handle:
-        try:
-            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
-            raise KnowledgeBaseError(f"{what} is busy: another openbook process is changing it") from None
-        try:
-            current = os.path.samestat(os.fstat(handle.fileno()), os.stat(lock_path))
-        except OSError:
-            current = False
-        if not current:
-            raise KnowledgeBaseError(f"{what} was replaced by another openbook process; try again")
-        yield
+def _locked(lock_path: Path, what: str):
+    """:func:`openbook.atomic.exclusive_lock` with the knowledge base's error (KnowledgeBaseError)."""
+    return exclusive_lock(lock_path, what, KnowledgeBaseError)
 
 
 def _in_use(entry: Path) -> bool:
