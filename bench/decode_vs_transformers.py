@@ -60,9 +60,8 @@ import time
 from types import SimpleNamespace
 
 import torch
-from torch import nn
-
 from _common import BART_BASE, print_header, quiet
+from torch import nn
 
 METHODS = ("hf_seq", "ours_seq", "hf_tok", "ours_tok", "ours_seq_fast")
 LABELS = {
@@ -118,8 +117,15 @@ def _calibrate_eos_bias(gen, args, vocab: int) -> float:
 def build(args) -> SimpleNamespace:
     """Models (same seed -> same weights in every process) and the benchmark inputs."""
     quiet()
-    from transformers import (BartConfig, BartForConditionalGeneration, DPRConfig, DPRQuestionEncoder, RagConfig,
-                              RagSequenceForGeneration, RagTokenForGeneration)
+    from transformers import (
+        BartConfig,
+        BartForConditionalGeneration,
+        DPRConfig,
+        DPRQuestionEncoder,
+        RagConfig,
+        RagSequenceForGeneration,
+        RagTokenForGeneration,
+    )
 
     from openbook.models.generators import Seq2SeqGenerator
 

@@ -45,8 +45,8 @@ import statistics
 import time
 
 import torch
-
 from _common import BART_BASE, print_header, quiet
+
 from openbook.models.generators import GROUP_COST_TOKENS
 
 QUESTION_TOKENS = 12
@@ -85,8 +85,15 @@ def context_lengths(n: int, seed: int) -> list[int]:
 
 def build(args):
     quiet()
-    from transformers import (BartConfig, BartForConditionalGeneration, DPRConfig, DPRQuestionEncoder, RagConfig,
-                              RagSequenceForGeneration, RagTokenForGeneration)
+    from transformers import (
+        BartConfig,
+        BartForConditionalGeneration,
+        DPRConfig,
+        DPRQuestionEncoder,
+        RagConfig,
+        RagSequenceForGeneration,
+        RagTokenForGeneration,
+    )
 
     from openbook.models.generators import Contexts, Seq2SeqGenerator
 

@@ -24,7 +24,6 @@ import statistics
 import time
 
 import torch
-
 from _common import print_header, quiet
 
 QUESTIONS = [("who wrote the old man and the sea", "Ernest Hemingway"),

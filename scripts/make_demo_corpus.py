@@ -29,9 +29,9 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from openbook.atomic import atomic_output  # noqa: E402
 from openbook.corpus import Passage, read_passages  # noqa: E402
 from openbook.errors import OpenbookError  # noqa: E402
-from openbook.atomic import atomic_output  # noqa: E402
 
 MAX_WORDS = 100
 DEFAULT_DATA_DIR = REPO.parent / "shared" / "data"

@@ -7,12 +7,12 @@ import math
 
 import numpy as np
 import pytest
-from tolerance import tolerance
 
 from openbook.corpus import Passage
 from openbook.errors import InputError
 from openbook.index.bm25 import META_FILE, PAD_SCORE, BM25Index, passage_string, top_k
 from openbook.index.hybrid import reciprocal_rank_fusion
+from tolerance import tolerance
 
 PASSAGES = [
     Passage("p0", "Paris", "Paris is the capital and largest city of France"),

@@ -11,10 +11,10 @@ from dataclasses import dataclass
 import pytest
 import torch
 from tokenizers import Tokenizer, models, pre_tokenizers, processors
-from tolerance import model_tolerance, tolerance
 from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
 from openbook.models.causal import CausalLMGenerator
+from tolerance import model_tolerance, tolerance
 
 CHAT_TEMPLATE = (
     "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"

@@ -17,12 +17,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
-from tolerance import probability_sum_bound
 
 from openbook import cli
 from openbook.commands import ask as ask_command
 from openbook.commands import options
 from openbook.errors import InputError, KnowledgeBaseError, ModelLoadError
+from tolerance import probability_sum_bound
 
 REPO = Path(__file__).resolve().parents[1]
 LONG_TEXT = (
@@ -65,7 +65,7 @@ class StubRAG:
             if not q.strip():
                 raise InputError(f"question {i} is empty")
         if self.warn:
-            warnings.warn(self.warn)
+            warnings.warn(self.warn, stacklevel=2)
         probs = [2.0 ** -(r + 1) for r in range(k)]
         total = sum(probs)
         return [

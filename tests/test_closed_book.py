@@ -175,7 +175,7 @@ def train_run(tmp_path, name, model, gen_dir, enc_dir, kb_dir, *extra, capsys=No
 
 @pytest.mark.parametrize("model", ["rag-token", "closed-book"])
 def test_load_run_rebuilds_the_trained_model(tmp_path, model):
-    from openbook.rag.assemble import load_run, load_rag
+    from openbook.rag.assemble import load_rag, load_run
 
     gen_dir, enc_dir, kb_dir = save_tiny_models(tmp_path)
     run = train_run(tmp_path, "run", model, gen_dir, enc_dir, kb_dir, "--learn-scale")

@@ -10,7 +10,6 @@ import os
 import faiss
 import numpy as np
 import pytest
-from tolerance import tolerance
 
 from openbook.errors import InputError
 from openbook.index.dense import (
@@ -23,6 +22,7 @@ from openbook.index.dense import (
     default_pq_m,
     index_class,
 )
+from tolerance import tolerance
 
 DIM, N, N_QUERIES, K = 32, 2000, 50, 10
 

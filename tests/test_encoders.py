@@ -8,13 +8,13 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 import torch
-from tiny_encoders import save_bert, save_dpr, save_sentence_transformers
-from tolerance import model_tolerance, tolerance
 from transformers import AutoTokenizer, BertModel, DPRContextEncoder, DPRQuestionEncoder
 
 from openbook.errors import InputError, ModelLoadError
 from openbook.models import Encoder, load_encoder
 from openbook.models.encoders import weights_fingerprint
+from tiny_encoders import save_bert, save_dpr, save_sentence_transformers
+from tolerance import model_tolerance, tolerance
 
 QUESTIONS = ["who wrote hamlet ?", "the capital of france", "when was the first nobel prize in physics"]
 PASSAGES = [

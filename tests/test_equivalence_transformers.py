@@ -17,13 +17,13 @@ from __future__ import annotations
 
 import pytest
 import torch
-from tiny import bart_tokenizer, bert_tokenizer, tiny_bart, tiny_dpr, tiny_t5
 from transformers import RagConfig, RagSequenceForGeneration, RagTokenForGeneration
 
 from openbook.models.generators import Contexts, Seq2SeqGenerator
 from openbook.models.hf_rag import load_hf_rag
 from openbook.rag.decoding import beam_config_for, rag_sequence_decode, rag_token_decode
 from openbook.rag.marginal import doc_log_prior, rag_sequence_nll, rag_token_nll
+from tiny import bart_tokenizer, bert_tokenizer, tiny_bart, tiny_dpr, tiny_t5
 from tolerance import model_tolerance
 
 B, K, L, V = 4, 3, 12, 128

@@ -6,10 +6,10 @@ from __future__ import annotations
 import json
 
 import pytest
-from tolerance import probability_sum_bound
 
 from openbook.cli import main
 from test_closed_book import save_tiny_models, train_run
+from tolerance import probability_sum_bound
 
 DEV = [("capital of france", ["paris"]), ("who wrote the sun rises", ["hemingway", "ernest hemingway"]),
        ("largest ocean", ["pacific"]), ("largest mountain", ["everest"]), ("the president of peru", ["peru"])]

@@ -15,10 +15,6 @@ import math
 
 import pytest
 import torch
-from test_rag_model import PASSAGES, tiny_encoder
-from tiny import bart_tokenizer, t5_tokenizer, tiny_bart, tiny_t5
-from tiny_encoders import save_bert, save_dpr
-from tolerance import model_tolerance
 from transformers import AutoTokenizer, RagSequenceForGeneration, RagTokenForGeneration
 
 from openbook.cli import main
@@ -29,6 +25,10 @@ from openbook.models.generators import Seq2SeqGenerator
 from openbook.rag import RAG
 from openbook.rag.assemble import build_knowledge_base, load_rag, load_run
 from openbook.train.export import EXPORT_NOTE, export_transformers
+from test_rag_model import PASSAGES, tiny_encoder
+from tiny import bart_tokenizer, t5_tokenizer, tiny_bart, tiny_t5
+from tiny_encoders import save_bert, save_dpr
+from tolerance import model_tolerance
 
 EPS = torch.finfo(torch.float32).eps
 QUESTIONS = ["who wrote the sun also rises", "capital of france", "largest ocean"]

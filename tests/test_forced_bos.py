@@ -15,9 +15,6 @@ from __future__ import annotations
 
 import pytest
 import torch
-from test_equivalence_transformers import B, K, contexts, hf_rag, strip
-from test_rag_model import PASSAGES, tiny_encoder
-from tiny import bart_tokenizer, tiny_bart
 from transformers import RagSequenceForGeneration, RagTokenForGeneration
 
 from openbook.models.generators import Contexts
@@ -33,6 +30,9 @@ from openbook.rag.decoding import (
     rag_token_decode,
 )
 from openbook.rag.marginal import doc_log_prior
+from test_equivalence_transformers import B, K, contexts, hf_rag, strip
+from test_rag_model import PASSAGES, tiny_encoder
+from tiny import bart_tokenizer, tiny_bart
 
 EPS = torch.finfo(torch.float32).eps
 MAX_LENGTH = 12

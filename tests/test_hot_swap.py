@@ -44,13 +44,12 @@ def test_names_person_ignores_case_accents_and_punctuation():
 
 def test_hot_swap_command_on_tiny_models(tmp_path, monkeypatch, capsys):
     """The command runs end to end; the tiny random generator's accuracies are just numbers in [0, 1]."""
-    from test_rag_model import tiny_encoder
-    from tiny import bart_tokenizer, tiny_bart
-
-    from openbook.cli import main
-    from openbook.models.generators import Seq2SeqGenerator
     import openbook.models as models
     import openbook.rag.assemble as assemble
+    from openbook.cli import main
+    from openbook.models.generators import Seq2SeqGenerator
+    from test_rag_model import tiny_encoder
+    from tiny import bart_tokenizer, tiny_bart
 
     path, _ = rows(tmp_path)
     tok = bart_tokenizer()
@@ -74,13 +73,13 @@ def test_hot_swap_with_a_trained_run(tmp_path, monkeypatch, capsys):
     import numpy as np
     import torch
     from safetensors.torch import load_file
-    from test_closed_book import save_tiny_models, train_run
-    from tolerance import model_tolerance
 
     import openbook.rag.assemble as assemble
     from openbook.cli import main
     from openbook.index import KnowledgeBase
     from openbook.models import load_encoder
+    from test_closed_book import save_tiny_models, train_run
+    from tolerance import model_tolerance
 
     path, _ = rows(tmp_path)
     gen_dir, enc_dir, kb_dir = save_tiny_models(tmp_path)

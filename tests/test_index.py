@@ -7,11 +7,11 @@ import zlib
 
 import numpy as np
 import pytest
-from tolerance import dot_tolerance
 
 from openbook.corpus import Passage
 from openbook.errors import InputError, KnowledgeBaseError
 from openbook.index import DenseIndex, FlatIPIndex, KnowledgeBase, index_class
+from tolerance import dot_tolerance
 
 DIM = 32
 ENCODER = {"name": "fake/hashed-bow", "pooling": "mean", "normalize": True, "dim": DIM}

@@ -12,13 +12,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-import test_kb_cli
 import torch
-from test_kb_cli import build_kb, run
-from test_kb_store import ENCODER, Crash, build, corpus, encode
-from tiny_encoders import save_bert
 
 import openbook.index.kb.build as build_module
+import test_kb_cli
 from openbook import atomic
 from openbook.corpus import Passage, RecordErrors, iter_source_passages
 from openbook.errors import InputError, KnowledgeBaseError
@@ -32,6 +29,9 @@ from openbook.index.kb import (
 )
 from openbook.index.kb.folder import _locked, partial_dir
 from openbook.models import Encoder
+from test_kb_cli import build_kb, run
+from test_kb_store import ENCODER, Crash, build, corpus, encode
+from tiny_encoders import save_bert
 
 encoders = test_kb_cli.encoders  # fixtures: the encoder loader replaced, a small corpus
 corpus_dir = test_kb_cli.corpus_dir

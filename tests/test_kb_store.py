@@ -13,7 +13,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from tolerance import dot_tolerance
 
 from openbook.corpus import Passage, RecordErrors, SourcePassage, iter_source_passages, source_kind
 from openbook.errors import InputError, KnowledgeBaseError
@@ -27,6 +26,7 @@ from openbook.index.kb import (
     stored_format_version,
 )
 from openbook.index.store import EmbeddingsWriter, PassageStore, read_npy_header
+from tolerance import dot_tolerance
 
 DIM = 32
 WORDS = ("paris france capital berlin germany moon earth orbit jupiter planet river lake ocean "

@@ -6,11 +6,11 @@ import json
 import re
 
 import pytest
-from test_evaluate import StubModel
 
 from openbook.errors import InputError
 from openbook.eval.evaluate import evaluate
 from openbook.eval.tasks import get_task
+from test_evaluate import StubModel
 
 # A few records in the shape of KILT's NQ, FEVER and T-REx dev files (abridged provenance).
 KILT_RECORDS = [

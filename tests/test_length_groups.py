@@ -12,10 +12,10 @@ import random
 
 import pytest
 import torch
-from tiny import bart_tokenizer, t5_tokenizer, tiny_bart, tiny_t5
-from tolerance import magnitude, model_tolerance
 
 from openbook.models.generators import Contexts, Seq2SeqGenerator, length_groups, regroup_rows
+from tiny import bart_tokenizer, t5_tokenizer, tiny_bart, tiny_t5
+from tolerance import magnitude, model_tolerance
 
 
 def brute_force_cost(lengths, group_cost):

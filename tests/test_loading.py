@@ -8,7 +8,6 @@ from pathlib import Path
 
 import pytest
 import torch
-from tiny_encoders import bert_tokenizer, save_bert
 from transformers import BartConfig, BartForConditionalGeneration, LlamaConfig, LlamaForCausalLM
 
 from openbook.errors import InputError, ModelLoadError
@@ -18,9 +17,10 @@ from openbook.models import (
     load_config,
     load_encoder,
     load_seq2seq,
+    loading,
     offline_default_names,
 )
-from openbook.models import loading
+from tiny_encoders import bert_tokenizer, save_bert
 
 MISSING = "nonexistent-org/nonexistent-model"
 SLOW = pytest.mark.skipif(os.environ.get("OPENBOOK_SLOW") != "1", reason="slow: set OPENBOOK_SLOW=1 to run")

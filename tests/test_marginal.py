@@ -15,7 +15,6 @@ import math
 
 import pytest
 import torch
-from tolerance import tolerance
 
 from openbook.rag.marginal import (
     doc_log_prior,
@@ -27,6 +26,7 @@ from openbook.rag.marginal import (
     sequence_logprob_per_doc,
     token_doc_posterior,
 )
+from tolerance import tolerance
 
 F64 = dict(dtype=torch.float64)
 # float64 throughout. Every value derives from make_inputs' log-probabilities (|log p| < 10 for these seeds),

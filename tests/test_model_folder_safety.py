@@ -13,13 +13,13 @@ import json
 from pathlib import Path
 
 import pytest
-from tiny import bart_tokenizer, tiny_bart
-from tiny_encoders import save_bert
 from transformers import BartForConditionalGeneration
 from transformers.utils import logging as hf_logging
 
 from openbook.errors import ModelLoadError
 from openbook.models import load_causal_lm, load_config, load_encoder, load_seq2seq
+from tiny import bart_tokenizer, tiny_bart
+from tiny_encoders import save_bert
 
 AUTO_MAP = {
     "AutoConfig": "evil.EvilConfig",

@@ -7,14 +7,14 @@ from __future__ import annotations
 import warnings
 
 import pytest
-from test_causal_generator import P, make_generator
-from test_rag_model import PASSAGES, tiny_encoder
-from tiny import WORDS, bart_tokenizer, tiny_bart
 
 from openbook.models.budget import QUESTION_SHARE, fit_questions, question_budget
 from openbook.models.generators import Seq2SeqGenerator
 from openbook.rag import RAG
 from openbook.rag.assemble import build_knowledge_base
+from test_causal_generator import P, make_generator
+from test_rag_model import PASSAGES, tiny_encoder
+from tiny import WORDS, bart_tokenizer, tiny_bart
 
 LIMIT = 64
 LONG = " ".join(["who wrote the novel"] * 5000)  # 20,000 words

@@ -8,9 +8,6 @@ import json
 import numpy as np
 import pytest
 import torch
-from test_rag_model import PASSAGES, tiny_encoder
-from tiny import bart_tokenizer, tiny_bart
-from tolerance import probability_sum_bound
 
 from openbook import cli
 from openbook.errors import InputError, positive_int
@@ -28,6 +25,9 @@ from openbook.models.generators import Seq2SeqGenerator
 from openbook.rag import RAG
 from openbook.rag.assemble import build_knowledge_base
 from openbook.rag.closed_book import ClosedBook
+from test_rag_model import PASSAGES, tiny_encoder
+from tiny import bart_tokenizer, tiny_bart
+from tolerance import probability_sum_bound
 
 
 @pytest.fixture(scope="module")

@@ -7,14 +7,14 @@ import json
 
 import pytest
 import torch
-from test_rag_model import PASSAGES, tiny_encoder
-from tiny import bart_tokenizer, tiny_bart
 
 from openbook.errors import InputError
 from openbook.models.generators import Seq2SeqGenerator
 from openbook.rag import RAG
 from openbook.rag.assemble import build_knowledge_base
 from openbook.train import TrainConfig, train
+from test_rag_model import PASSAGES, tiny_encoder
+from tiny import bart_tokenizer, tiny_bart
 
 EXAMPLES = [("capital of france", "paris"), ("who wrote the sun rises", "hemingway"),
             ("largest ocean", "pacific"), ("largest mountain", "everest")]
@@ -171,11 +171,10 @@ TASK_FILES = {
 def test_train_command_reads_every_task_format(kb, tmp_path, capsys, monkeypatch, task):
     """`openbook train --task T` trains on the formats of ../shared/data through the task's reader (labels
     as one-token targets) and scores the dev set with the task's primary metric."""
-    from test_closed_book import save_tiny_models
-
     import openbook.train as train_module
     from openbook.cli import main
     from openbook.eval.tasks import get_task
+    from test_closed_book import save_tiny_models
 
     name, content, pairs = TASK_FILES[task]
     data = tmp_path / name
@@ -237,10 +236,9 @@ def test_read_pairs_uses_the_shared_question_answers_reader(tmp_path):
 
 def test_train_command_max_context_length_is_kept_by_the_run(kb, tmp_path, capsys):
     """--max-context-length cuts the generator's inputs in training and is restored by load_run."""
-    from test_closed_book import save_tiny_models
-
     from openbook.cli import main
     from openbook.rag.assemble import load_run
+    from test_closed_book import save_tiny_models
 
     gen_dir, enc_dir, kb_dir = save_tiny_models(tmp_path)
     data = tmp_path / "train.jsonl"
@@ -256,10 +254,9 @@ def test_train_command_max_context_length_is_kept_by_the_run(kb, tmp_path, capsy
 
 
 def test_mixed_precision_warns_without_native_bfloat16(kb, tmp_path, capsys, monkeypatch):
-    from test_closed_book import save_tiny_models
-
     import openbook.commands.train as train_command
     from openbook.cli import main
+    from test_closed_book import save_tiny_models
 
     monkeypatch.setattr(train_command, "bf16_hardware", lambda: False)
     gen_dir, enc_dir, kb_dir = save_tiny_models(tmp_path)
@@ -343,9 +340,9 @@ def test_ask_run_with_a_crafted_weights_file_is_a_one_line_error(tmp_path, capsy
     import pickle
 
     from safetensors.torch import save_file
-    from test_closed_book import save_tiny_models, train_run
 
     from openbook.cli import main
+    from test_closed_book import save_tiny_models, train_run
 
     gen_dir, enc_dir, kb_dir = save_tiny_models(tmp_path)
     run = train_run(tmp_path, "run", "rag-sequence", gen_dir, enc_dir, kb_dir)

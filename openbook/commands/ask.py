@@ -58,7 +58,7 @@ def _cmd_ask(args: argparse.Namespace) -> int:
 
     decoding = args.decoding or options.DEFAULT_DECODING
     if args.decoding is not None and args.model not in (None, "rag-sequence"):
-        warnings.warn(f"--decoding {args.decoding} applies to --model rag-sequence only; ignored for {args.model}")
+        warnings.warn(f"--decoding {args.decoding} applies to --model rag-sequence only; ignored for {args.model}", stacklevel=2)
         decoding = options.DEFAULT_DECODING
 
     # Read the questions before loading any model, so a wrong path fails in milliseconds.

@@ -81,7 +81,7 @@ def _register_build(actions) -> None:
     )
     build.add_argument("sources", nargs="+", metavar="SOURCE", help="corpus files or folders")
     build.add_argument("--out", required=True, metavar="DIR", help="the knowledge-base directory to write")
-    build.add_argument("--encoder", metavar="NAME_OR_PATH", default="default",
+    build.add_argument("--encoder", metavar="NAME_OR_PATH", default=None,
                        help="document encoder d(z); queries must use the same one (default: the offline all-MiniLM-L6-v2)")
     build.add_argument("--index", default="flat", metavar="TYPE",
                        help="index type: flat (exact), hnsw, ivfpq or hnsw_sq8 (default: %(default)s)")
@@ -235,7 +235,7 @@ def _cmd_build(args: argparse.Namespace) -> int:
     if args.restart and partial_dir(out).is_dir():
         with _locked(partial_dir(out) / LOCK_FILE, f"build directory {partial_dir(out)}"):  # not a running build's
             shutil.rmtree(partial_dir(out), ignore_errors=True)
-    encoder = load_encoder(args.encoder)
+    encoder = load_encoder(args.encoder or "default")  # --encoder defaults to None in every command
     errors = _record_errors(args.on_error)
     names = ", ".join(str(s) for s in args.sources)
     kb = KnowledgeBase.build(

@@ -8,7 +8,14 @@ from __future__ import annotations
 from pathlib import Path
 
 from openbook.experiments.report import (
-    EvalSettings, answer_hits, answer_recall, bar_plot, evaluate_model, finish, read_examples, with_model,
+    EvalSettings,
+    answer_hits,
+    answer_recall,
+    bar_plot,
+    evaluate_model,
+    finish,
+    read_examples,
+    with_model,
 )
 
 RETRIEVERS = ("bm25", "frozen", "learned")

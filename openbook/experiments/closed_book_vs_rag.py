@@ -7,7 +7,12 @@ from __future__ import annotations
 from pathlib import Path
 
 from openbook.experiments.report import (
-    EvalSettings, bar_plot, evaluate_model, finish, read_examples, with_model,
+    EvalSettings,
+    bar_plot,
+    evaluate_model,
+    finish,
+    read_examples,
+    with_model,
 )
 
 MODELS = ("closed-book", "rag-sequence", "rag-token")

@@ -11,7 +11,12 @@ from pathlib import Path
 
 from openbook.experiments.closed_book_vs_rag import MODELS
 from openbook.experiments.report import (
-    EvalSettings, bar_plot, evaluate_model, finish, read_examples, with_model,
+    EvalSettings,
+    bar_plot,
+    evaluate_model,
+    finish,
+    read_examples,
+    with_model,
 )
 
 PAPER_JEOPARDY = {"gold": 0.900, "closed-book": 0.324, "rag-token": 0.468, "rag-sequence": 0.538}

@@ -10,7 +10,14 @@ from __future__ import annotations
 from pathlib import Path
 
 from openbook.experiments.report import (
-    EvalSettings, answer_hits, answer_recall, evaluate_model, finish, line_plot, read_examples, with_model,
+    EvalSettings,
+    answer_hits,
+    answer_recall,
+    evaluate_model,
+    finish,
+    line_plot,
+    read_examples,
+    with_model,
 )
 
 

@@ -44,8 +44,8 @@ from typing import Any
 
 import numpy as np
 
-from openbook.errors import InputError
 from openbook.atomic import fsync_path, make_temp_dir_next_to, replace_dir
+from openbook.errors import InputError
 from openbook.index.dense import check_exclude, check_k
 
 FORMAT_VERSION = 1

