@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from openbook.corpus.readers import read_numbered_records
-from openbook.errors import InputError
+from openbook.errors import InputError, positive_int
 
 QARecord = dict[str, Any]
 T = TypeVar("T")
@@ -33,9 +33,7 @@ T = TypeVar("T")
 
 def check_limit(limit: Any) -> int | None:
     """``limit`` if it is None or a positive integer, else an InputError."""
-    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
-        raise InputError(f"limit must be a positive integer, got {limit!r}")
-    return limit
+    return None if limit is None else positive_int(limit, "limit")
 
 
 def nonempty(items: list[T], path: str | os.PathLike, what: str) -> list[T]:

@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import functools
 import math
-import numbers
 import re
 import string
 import unicodedata
@@ -38,7 +37,7 @@ from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from openbook.errors import InputError
+from openbook.errors import InputError, positive_int
 
 __all__ = [
     "DEFAULT_QBLEU_WEIGHTS",
@@ -97,10 +96,9 @@ def _check_ks(ks: Any) -> list[int]:
         raise InputError(f"ks must be a list of positive integers, got {ks!r}")
     values: list[int] = []
     for k in ks:
-        if isinstance(k, bool) or not isinstance(k, numbers.Integral) or k < 1:
-            raise InputError(f"k must be a positive integer, got {k!r}")
-        if int(k) not in values:
-            values.append(int(k))
+        k = positive_int(k, "k")
+        if k not in values:
+            values.append(k)
     if not values:
         raise InputError("give at least one k")
     return values
@@ -513,8 +511,7 @@ def distinct_ngram_ratio(texts: Sequence[str], n: int = 3) -> float:
     :class:`~openbook.errors.InputError`: the ratio is undefined.
     """
     texts = _check_texts(texts, "texts")
-    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
-        raise InputError(f"n must be a positive integer, got {n!r}")
+    n = positive_int(n, "n")
     seen: set[tuple[str, ...]] = set()
     total = 0
     for text in texts:

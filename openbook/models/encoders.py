@@ -36,7 +36,7 @@ import torch
 from transformers import AutoConfig, AutoModel, AutoTokenizer, DPRContextEncoder, DPRQuestionEncoder
 from transformers.utils import cached_file
 
-from openbook.errors import InputError, ModelLoadError
+from openbook.errors import InputError, ModelLoadError, positive_int
 
 POOLINGS = ("mean", "cls", "pooler")
 PASSAGE_FORMATS = ("pair", "joined")
@@ -260,8 +260,7 @@ class Encoder(torch.nn.Module):
         self, features: list[Features], batch_size: int, dtype: str | None, progress: bool = False, sort: bool = True
     ) -> np.ndarray:
         """Embed without gradients in length-sorted batches; rows come back in input order."""
-        if batch_size < 1:
-            raise InputError(f"batch_size must be at least 1, got {batch_size}")
+        batch_size = positive_int(batch_size, "batch_size")
         if not features:
             return np.zeros((0, self.dim), dtype=np.float32)
         order = list(range(len(features)))

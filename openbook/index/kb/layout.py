@@ -16,7 +16,7 @@ import numpy as np
 
 from openbook.atomic import atomic_output, fsync_path
 from openbook.corpus import Passage
-from openbook.errors import InputError, KnowledgeBaseError
+from openbook.errors import InputError, KnowledgeBaseError, positive_int
 from openbook.index.store import embeddings_bytes
 
 FORMAT_VERSION = 2
@@ -132,9 +132,7 @@ def _check_encoder_info(encoder_info: dict[str, Any]) -> None:
 
 
 def _check_batch_size(batch_size) -> int:
-    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-        raise InputError(f"batch_size must be a positive integer, got {batch_size!r}")
-    return batch_size
+    return positive_int(batch_size, "batch_size")
 
 
 def _file_entry(path: Path) -> dict[str, Any]:
