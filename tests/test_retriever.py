@@ -195,6 +195,8 @@ def test_ask_with_a_huge_k_is_refused_and_a_large_one_reads_only_the_live_passag
     ({"length_penalty": float("inf")}, "length_penalty must be a finite number, got inf"),
     ({"min_new_tokens": -1}, "min_new_tokens must be a positive integer"),
     ({"num_beams": 0}, "num_beams must be a positive integer"),
+    ({"num_beams": 100_000}, "num_beams must be at most 64, got 100000"),
+    ({"max_new_tokens": 10**9}, "max_new_tokens must be at most 1024, got 1000000000"),
 ])
 def test_ask_refuses_inconsistent_decoding_options(parts, options, message):
     encoder, kb, generator = parts

@@ -42,6 +42,11 @@ from openbook.rag.marginal import (
 
 MODELS = ("rag-sequence", "rag-token")
 DECODINGS = ("thorough", "fast")
+# Bounds on the work one call may ask for (a user's typo must not take hours or all memory): beams as
+# wide as anyone decodes with (the paper used 4; transformers' examples go to 10-50), and answers of
+# at most this many tokens (every openbook generator's context budget is smaller than this).
+MAX_BEAMS = 64
+MAX_NEW_TOKENS = 1024
 
 
 @dataclass
@@ -106,8 +111,10 @@ def check_decoding_options(decoding: str, num_beams: int, max_new_tokens: int, m
     """The decoding options of ``ask`` (RAG and closed-book), refused with one clear error each."""
     if decoding not in DECODINGS:
         raise InputError(f"decoding must be one of {', '.join(DECODINGS)}, not {decoding!r}")
-    positive_int(num_beams, "num_beams")
-    positive_int(max_new_tokens, "max_new_tokens")
+    if positive_int(num_beams, "num_beams") > MAX_BEAMS:
+        raise InputError(f"num_beams must be at most {MAX_BEAMS}, got {num_beams}")
+    if positive_int(max_new_tokens, "max_new_tokens") > MAX_NEW_TOKENS:
+        raise InputError(f"max_new_tokens must be at most {MAX_NEW_TOKENS}, got {max_new_tokens}")
     if min_new_tokens != 0:
         positive_int(min_new_tokens, "min_new_tokens")
     if min_new_tokens > max_new_tokens:
