@@ -259,7 +259,7 @@ def bench_kind(name, params, data, queries, truth, workdir, latency_queries, swe
 
 
 def padded_dim(dim: int, multiple: int) -> int:
-    """Stored dimension of hnsw_sq8 / ivfpq: dim + 1 transformed coordinates + padding (see dense.py)."""
+    """Stored dimension of hnsw_sq8 / ivfpq: dim + 1 transformed coordinates + padding (see dense/via_l2.py)."""
     return -(-(dim + 2) // multiple) * multiple
 
 

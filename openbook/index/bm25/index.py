@@ -1,19 +1,4 @@
-"""A BM25 sparse index over passages, in the row-id space of a knowledge base (built on ``bm25s``).
-
-The paper's Table 6 ablation replaces RAG's dense retriever with "a fixed BM25 system" and uses "BM25
-retrieval scores as logits when calculating p(z|x)". :class:`BM25Index` gives those scores: row ``i`` is
-the ``i``-th passage it was built from (for a knowledge base, the ``i``-th passage of ``iter(kb)``), so
-its ids can be handed to ``kb.passages(ids)`` and fused with dense results. Turning scores into
-p(z|x) = softmax(scores / temperature) is left to the caller (this layer does not import torch).
-
-What is indexed: each passage as the string ``title + " " + text`` (just ``text`` when the title is
-empty), so the article title counts as part of the passage, as in DPR's BM25 baseline.
-
-Tokenisation (the same for passages and queries, and stored with the index): Unicode NFKD with
-combining marks removed (``"Röntgen"`` -> ``"rontgen"``), case folding, tokens = runs of Unicode word
-characters (``\\w+``: letters, digits and ``_``; single characters and numbers are kept), then
-optional stopword removal (default: the English list of ``bm25s``, which is Lucene's) and optional
-Snowball stemming (``stemmer="english"``, needs the ``PyStemmer`` package).
+"""The :class:`BM25Index` itself: building, saving, loading and searching.
 
 Scoring is ``bm25s``' "lucene" variant of BM25, as in Lucene 8+ (and so Pyserini): a passage d scores
 ``sum over query terms t of idf(t) * tf / (tf + k1 * (1 - b + b * |d| / avgdl))`` with
@@ -30,14 +15,9 @@ score matrix.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
-import re
 import shutil
-import sys
-import unicodedata
-import warnings
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
@@ -46,6 +26,7 @@ import numpy as np
 
 from openbook.atomic import fsync_path, make_temp_dir_next_to, replace_dir
 from openbook.errors import InputError
+from openbook.index.bm25.terms import _Tokenizer, passage_string, stopword_list
 from openbook.index.dense import check_exclude, check_k
 
 FORMAT_VERSION = 1
@@ -55,71 +36,6 @@ DEFAULT_K1 = 1.5
 DEFAULT_B = 0.75
 # Score of a missing result (id -1) when exclusions leave fewer than k passages, as for the dense indexes.
 PAD_SCORE = float("-inf")
-_WORD = re.compile(r"\w+")
-
-
-def _english_stopwords() -> list[str]:
-    from bm25s.stopwords import STOPWORDS_EN
-
-    return list(STOPWORDS_EN)
-
-
-def stopword_list(stopwords: str | Sequence[str] | None = "en") -> list[str]:
-    """The sorted, case-folded stopwords an index built with ``stopwords`` uses (as in its settings)."""
-    if stopwords == "en":
-        words = _english_stopwords()
-    elif stopwords is None:
-        words = []
-    elif isinstance(stopwords, str):
-        raise InputError(f"stopwords must be 'en', a list of words or None, got {stopwords!r}")
-    else:
-        words = [str(w) for w in stopwords]
-    return sorted({_fold(w) for w in words})
-
-
-def passage_string(passage: Any) -> str:
-    """The string indexed for a passage: ``title + " " + text``, or just ``text`` without a title."""
-    title = str(getattr(passage, "title", "") or "").strip()
-    text = str(getattr(passage, "text", "") or "")
-    return f"{title} {text}" if title else text
-
-
-def _fold(text: str) -> str:
-    """NFKD, drop combining marks, case-fold."""
-    decomposed = unicodedata.normalize("NFKD", text)
-    return "".join(ch for ch in decomposed if not unicodedata.combining(ch)).casefold()
-
-
-class _Tokenizer:
-    """Folding + ``\\w+`` words, minus stopwords, optionally stemmed (see the module docstring)."""
-
-    def __init__(self, stopwords: Sequence[str], stemmer: str | None):
-        self.stopwords = sorted({_fold(w) for w in stopwords})
-        self._stop = frozenset(self.stopwords)
-        self.stemmer = stemmer
-        self._stem = _load_stemmer(stemmer) if stemmer else None
-
-    def __call__(self, text: str) -> list[str]:
-        words = [w for w in _WORD.findall(_fold(text)) if w not in self._stop]
-        if self._stem is not None and words:
-            words = self._stem(words)
-        return words
-
-
-def _load_stemmer(language: str):
-    if not isinstance(language, str) or not language:
-        raise InputError(f"stemmer must be a Snowball language name such as 'english', got {language!r}")
-    try:
-        import Stemmer  # PyStemmer
-    except ImportError:
-        raise InputError(
-            f"stemmer {language!r} needs the PyStemmer package (pip install PyStemmer), or build without a stemmer"
-        ) from None
-    try:
-        stemmer = Stemmer.Stemmer(language)
-    except KeyError:
-        raise InputError(f"unknown Snowball stemmer language {language!r}") from None
-    return stemmer.stemWords
 
 
 def _check_param(name: str, value, low: float, high: float | None = None) -> float:
@@ -362,89 +278,3 @@ def _check_meta(meta_path: Path, meta: Any) -> None:
             raise InputError(f"{meta_path} is corrupt: field {key!r} is missing or mistyped; rebuild the BM25 index")
     if meta.get("stemmer") is not None and not isinstance(meta["stemmer"], str):
         raise InputError(f"{meta_path} is corrupt: field 'stemmer' is mistyped; rebuild the BM25 index")
-
-
-# ------------------------------------------------------------------ BM25 over a knowledge base
-
-
-def _field(item: Any, name: str) -> str:
-    value = item.get(name, "") if isinstance(item, dict) else getattr(item, name, "")
-    return "" if value is None else str(value)
-
-BM25_CACHE_DIR = "bm25"
-
-
-def passages_fingerprint(passages: Iterable[Any]) -> tuple[str, int]:
-    """``(sha256 hex, count)`` over the ids, titles and texts of ``passages`` in order."""
-    digest = hashlib.sha256()
-    count = 0
-    for passage in passages:
-        for part in (_field(passage, "id"), _field(passage, "title"), _field(passage, "text")):
-            digest.update(part.encode("utf-8"))
-            digest.update(b"\x00")
-        digest.update(b"\x01")
-        count += 1
-    return digest.hexdigest(), count
-
-
-def knowledge_base_rows(kb) -> tuple[list[Any], np.ndarray | None]:
-    """Every row's passage of ``kb`` in row order, and the rows not visible at its version (or None).
-
-    BM25 must share the dense index's row ids. Without deleted or not-yet-visible rows, ``iter(kb)``
-    yields exactly one passage per row. Otherwise (a versioned knowledge base) the rows are read with
-    ``kb.passages`` and the visible ones found with ``kb.lookup`` by passage id; the rest are excluded.
-    """
-    rows = int(np.shape(kb.embeddings)[0])
-    if len(kb) == rows:
-        passages = list(kb)
-        if len(passages) != rows:
-            raise InputError(f"knowledge base {kb.path} has {rows} rows but iterates over {len(passages)} passages")
-        return passages, None
-    passages = kb.passages(np.arange(rows, dtype=np.int64))
-    visible = np.zeros(rows, dtype=bool)
-    for passage in kb:
-        found = kb.lookup(passage.id)
-        if found is not None:
-            visible[found[0]] = True
-    return passages, np.flatnonzero(~visible)
-
-
-def knowledge_base_bm25(kb, cache: bool = True, progress: bool = False) -> tuple[BM25Index, np.ndarray | None]:
-    """A BM25 index over every row of ``kb`` (row i = passage of row i), and the rows to exclude.
-
-    The index is cached in ``<kb dir>/bm25/`` and the cache is used only if it was built from exactly
-    these rows (a sha256 over their ids, titles and texts) with the default BM25 settings; otherwise it
-    is rebuilt and the cache replaced. If the knowledge-base directory is not writable the index is kept
-    in memory (with a warning). The excluded rows (deleted, or added after the knowledge base's current
-    version; None if there are none) are to be passed as ``exclude`` to :meth:`BM25Index.search`.
-    """
-    passages, exclude = knowledge_base_rows(kb)
-    fingerprint, count = passages_fingerprint(passages)
-    source = {"kb_passages_sha256": fingerprint, "num_passages": count}
-    directory = Path(kb.path) / BM25_CACHE_DIR
-    if cache and directory.is_dir():
-        try:
-            index = BM25Index.load(directory)
-        except InputError:
-            index = None
-        if index is not None and index.source == source and _default_settings(index):
-            return index, exclude
-    if progress:
-        where = f" and caching it in {directory}" if cache else ""
-        print(f"openbook: building a BM25 index of {count} passages{where}", file=sys.stderr)
-    index = BM25Index.build(passages, source=source)
-    if cache:
-        try:
-            index.save(directory)
-        except (OSError, InputError) as exc:
-            warnings.warn(f"cannot cache the BM25 index in {directory} ({exc}); keeping it in memory", stacklevel=2)
-    return index, exclude
-
-
-def _default_settings(index: BM25Index) -> bool:
-    """Whether ``index`` was built with :meth:`BM25Index.build`'s default parameters."""
-    settings = index.settings
-    return (
-        settings.get("k1") == DEFAULT_K1 and settings.get("b") == DEFAULT_B and settings.get("method") == METHOD
-        and settings.get("stemmer") is None and settings.get("stopwords") == stopword_list("en")
-    )
