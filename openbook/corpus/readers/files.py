@@ -1,0 +1,52 @@
+"""Opening corpus files: plain or gzip-compressed (detected by magic bytes), read line by line.
+
+Unreadable or corrupt files raise :class:`~openbook.errors.InputError` naming ``path:line``.
+"""
+
+import gzip
+import zlib
+from collections.abc import Iterator
+from pathlib import Path
+
+from openbook.errors import InputError
+
+_GZIP_MAGIC = b"\x1f\x8b"
+
+
+def _open_binary(path: Path, what: str = "a JSON Lines file"):
+    """Open ``path`` for reading bytes, transparently decompressing gzip (detected by magic bytes)."""
+    try:
+        with open(path, "rb") as raw:
+            magic = raw.read(2)
+    except FileNotFoundError:
+        raise InputError(f"{path}: no such file") from None
+    except IsADirectoryError:
+        raise InputError(f"{path}: is a directory, expected {what}") from None
+    except OSError as exc:
+        raise InputError(f"{path}: cannot read: {exc.strerror or exc}") from None
+    if magic == _GZIP_MAGIC:
+        return gzip.open(path, "rb")
+    return open(path, "rb")
+
+
+def _numbered_lines(path: Path, what: str = "a JSON Lines file") -> Iterator[tuple[int, str | None]]:
+    """Yield ``(line_number, text)`` for every line (1-based); ``text`` is None for a line that is not UTF-8.
+
+    Unreadable or corrupt files raise InputError naming ``path:line``.
+    """
+    lineno = 0
+    try:
+        with _open_binary(path, what) as lines:
+            for lineno, raw in enumerate(lines, start=1):
+                try:
+                    yield lineno, raw.decode("utf-8")
+                except UnicodeDecodeError:
+                    yield lineno, None
+    except (gzip.BadGzipFile, EOFError, zlib.error) as exc:
+        raise InputError(f"{path}:{lineno + 1}: corrupt or truncated gzip data ({exc})") from None
+    except OSError as exc:
+        raise InputError(f"{path}:{lineno + 1}: cannot read: {exc.strerror or exc}") from None
+
+
+def _strip_gz(name: str) -> str:
+    return name[:-3] if name.lower().endswith(".gz") else name
