@@ -8,14 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from openbook.corpus import (
-    Passage,
-    chunk_article,
-    passages_from_record,
-    read_passages,
-    read_records,
-    split_words,
-)
+from openbook.corpus import Passage, chunk_article, passages_from_record, read_passages, read_records, split_words
 from openbook.data import demo_passages_path
 from openbook.errors import InputError
 

@@ -20,13 +20,7 @@ from openbook import atomic
 from openbook.corpus import Passage, RecordErrors, iter_source_passages
 from openbook.errors import InputError, KnowledgeBaseError
 from openbook.index import KnowledgeBase
-from openbook.index.kb import (
-    MANIFEST_FILE,
-    add_passages,
-    check_encoder_matches,
-    delete_passages,
-    read_manifest,
-)
+from openbook.index.kb import MANIFEST_FILE, add_passages, check_encoder_matches, delete_passages, read_manifest
 from openbook.index.kb.folder import _locked, partial_dir
 from openbook.models import Encoder
 from test_kb_cli import build_kb, run

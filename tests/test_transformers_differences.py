@@ -20,12 +20,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 from tokenizers import normalizers
-from transformers import (
-    RagConfig,
-    RagRetriever,
-    RagSequenceForGeneration,
-    RagTokenForGeneration,
-)
+from transformers import RagConfig, RagRetriever, RagSequenceForGeneration, RagTokenForGeneration
 
 from openbook.models.generators import Seq2SeqGenerator
 from openbook.models.hf_rag import load_hf_rag

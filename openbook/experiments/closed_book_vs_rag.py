@@ -6,14 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from openbook.experiments.report import (
-    EvalSettings,
-    bar_plot,
-    evaluate_model,
-    finish,
-    read_examples,
-    with_model,
-)
+from openbook.experiments.report import EvalSettings, bar_plot, evaluate_model, finish, read_examples, with_model
 
 MODELS = ("closed-book", "rag-sequence", "rag-token")
 PAPER_NQ = {"closed-book": 0.345, "rag-sequence": 0.445, "rag-token": 0.441}

@@ -10,14 +10,7 @@ import math
 from pathlib import Path
 
 from openbook.experiments.closed_book_vs_rag import MODELS
-from openbook.experiments.report import (
-    EvalSettings,
-    bar_plot,
-    evaluate_model,
-    finish,
-    read_examples,
-    with_model,
-)
+from openbook.experiments.report import EvalSettings, bar_plot, evaluate_model, finish, read_examples, with_model
 
 PAPER_JEOPARDY = {"gold": 0.900, "closed-book": 0.324, "rag-token": 0.468, "rag-sequence": 0.538}
 

@@ -32,13 +32,7 @@ from torch import nn
 from transformers import Cache, DynamicCache
 
 from openbook.models.budget import cut_points, fit_questions
-from openbook.models.generators import (
-    Contexts,
-    Generator,
-    Memory,
-    PassageLike,
-    regroup_rows,
-)
+from openbook.models.generators import Contexts, Generator, Memory, PassageLike, regroup_rows
 
 __all__ = [
     "DEFAULT_CHAT_PROMPT",

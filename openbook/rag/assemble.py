@@ -24,13 +24,7 @@ from openbook.data import demo_passages_path
 from openbook.errors import InputError
 from openbook.index import KnowledgeBase
 from openbook.index.kb import FORMAT_VERSION, stored_format_version
-from openbook.models import (
-    cache_dir,
-    load_causal_lm,
-    load_config,
-    load_encoder,
-    load_seq2seq,
-)
+from openbook.models import cache_dir, load_causal_lm, load_config, load_encoder, load_seq2seq
 from openbook.models.causal import CausalLMGenerator
 from openbook.models.encoders import Encoder
 from openbook.models.generators import Generator, Seq2SeqGenerator

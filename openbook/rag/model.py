@@ -22,13 +22,7 @@ from torch import nn
 
 from openbook.errors import InputError, positive_int
 from openbook.index import KnowledgeBase
-from openbook.index.retriever import (
-    RETRIEVERS,
-    Retriever,
-    check_k,
-    make_retriever,
-    retrieval_logprobs,
-)
+from openbook.index.retriever import RETRIEVERS, Retriever, check_k, make_retriever, retrieval_logprobs
 from openbook.models.encoders import Encoder, default_score_scale
 from openbook.models.generators import Generator
 from openbook.rag.decoding import beam_config_for, rag_sequence_decode, rag_token_decode

@@ -63,12 +63,7 @@ def export_transformers(rag, out_dir: str | os.PathLike, *, force: bool = False,
                         note: dict | None = None) -> Path:
     """Write ``rag`` (an openbook :class:`~openbook.rag.model.RAG`) as a transformers RAG directory, atomically
     (``out_dir`` as in :func:`export_run`)."""
-    from transformers import (
-        RagConfig,
-        RagSequenceForGeneration,
-        RagTokenForGeneration,
-        RagTokenizer,
-    )
+    from transformers import RagConfig, RagSequenceForGeneration, RagTokenForGeneration, RagTokenizer
 
     from openbook.models.loading import quiet_loading
     from openbook.rag.model import RAG

@@ -27,14 +27,7 @@ from tqdm import tqdm
 
 from openbook.atomic import exclusive_lock, make_temp_dir_next_to, remove_leftovers_beside, replace_dir
 from openbook.errors import InputError
-from openbook.models.weights import (
-    WEIGHTS_FILE,
-    load_weights,
-    read_tensors,
-    save_weights,
-    weights_path,
-    write_tensors,
-)
+from openbook.models.weights import WEIGHTS_FILE, load_weights, read_tensors, save_weights, weights_path, write_tensors
 
 CHECKPOINT = "checkpoint"
 LOCK_FILE = ".train.lock"  # held by the one process training into a run folder

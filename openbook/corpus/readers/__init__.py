@@ -40,12 +40,7 @@ files, line by line), :mod:`~openbook.corpus.readers.records` (record forms, pas
 # The task readers (openbook.eval.tasks) open their files with these two.
 from openbook.corpus.readers.files import _numbered_lines as _numbered_lines
 from openbook.corpus.readers.files import _open_binary as _open_binary
-from openbook.corpus.readers.jsonl import (
-    JSONL_SUFFIXES,
-    read_numbered_records,
-    read_passages,
-    read_records,
-)
+from openbook.corpus.readers.jsonl import JSONL_SUFFIXES, read_numbered_records, read_passages, read_records
 from openbook.corpus.readers.parquet import PARQUET_SUFFIXES
 from openbook.corpus.readers.records import (
     CHUNK_SEPARATOR,

@@ -61,13 +61,7 @@ to ``CHECKSUM_AUTO_MAX_BYTES``; ``"full"`` verifies every checksum, ``"size"`` n
 """
 
 from openbook.index.kb.api import KnowledgeBase
-from openbook.index.kb.edit import (
-    add_passages,
-    delete_passages,
-    disk_usage,
-    update_passages,
-    use_version,
-)
+from openbook.index.kb.edit import add_passages, delete_passages, disk_usage, update_passages, use_version
 from openbook.index.kb.folder import partial_dir
 from openbook.index.kb.indexing import parse_index_params
 from openbook.index.kb.layout import (

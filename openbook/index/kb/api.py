@@ -17,19 +17,9 @@ from openbook.corpus.readers import RecordErrors
 from openbook.errors import InputError, KnowledgeBaseError
 from openbook.index.dense import DenseIndex, check_k, index_class
 from openbook.index.kb.build import build_and_publish
-from openbook.index.kb.edit import (
-    add_passages,
-    delete_passages,
-    update_passages,
-    use_version,
-)
+from openbook.index.kb.edit import add_passages, delete_passages, update_passages, use_version
 from openbook.index.kb.folder import check_out_dir
-from openbook.index.kb.indexing import (
-    _check_index_params,
-    _load_embeddings,
-    _load_index,
-    _search_excluding,
-)
+from openbook.index.kb.indexing import _check_index_params, _load_embeddings, _load_index, _search_excluding
 from openbook.index.kb.layout import (
     DEFAULT_DTYPE,
     DEFAULT_INDEX,

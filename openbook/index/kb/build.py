@@ -19,12 +19,7 @@ from openbook.corpus.readers import RecordErrors, SourcePassage
 from openbook.errors import InputError, KnowledgeBaseError
 from openbook.index.dense import index_class
 from openbook.index.kb.append import _Appender, _check_declared_dim, _source_items
-from openbook.index.kb.folder import (
-    _locked,
-    check_replaceable,
-    clean_leftovers,
-    partial_dir,
-)
+from openbook.index.kb.folder import _locked, check_replaceable, clean_leftovers, partial_dir
 from openbook.index.kb.indexing import _create_index, _index_record
 from openbook.index.kb.layout import (
     _PROGRESS_FILE,

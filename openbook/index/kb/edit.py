@@ -36,12 +36,7 @@ from openbook.index.kb.layout import (
     _write_json,
     read_manifest,
 )
-from openbook.index.store import (
-    EmbeddingsWriter,
-    PassageStore,
-    embeddings_bytes,
-    map_embeddings,
-)
+from openbook.index.store import EmbeddingsWriter, PassageStore, embeddings_bytes, map_embeddings
 
 # ---------------------------------------------------------------------------------------------------
 # editing
