@@ -9,7 +9,8 @@ Sources (in this order; see ``openbook/data/demo/README.md`` for provenance and 
 * ``boolq``  -- the Wikipedia passages of BoolQ dev, ``{text}`` (title ``""``).
 
 Every text is split into disjoint chunks of at most 100 words (as in the RAG paper) that keep the
-article title. Ids name the source: ``<source>:<record>`` or, for a record split into several chunks,
+article title, by ``openbook.corpus.split_words``: a last chunk of under 50 words shares the last two
+chunks' words evenly instead of becoming a tiny passage of its own. Ids name the source: ``<source>:<record>`` or, for a record split into several chunks,
 ``<source>:<record>#<chunk>`` (``<record>`` is the 0-based line, or the DPR id for wiki18). The DPR
 sample's CSV-escaped doubled quotes (``""``) are undoubled. Exact duplicate (title, text) passages are
 dropped, keeping the first. The output is gzip with mtime 0 and no file name, so it is byte-for-byte

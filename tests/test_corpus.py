@@ -1,11 +1,13 @@
 """Tests of openbook.corpus (chunking and readers) and of the shipped demo corpus."""
 
 import gzip
+import importlib.util
 import json
 import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from openbook.corpus import Passage, chunk_article, passages_from_record, read_passages, read_records, split_words
@@ -44,14 +46,52 @@ def test_split_words_disjoint_and_complete(text, max_words):
     words_in_chunks = [word for chunk in chunks for word in chunk.split()]
     assert words_in_chunks == text.split()
     assert all(1 <= len(chunk.split()) <= max_words for chunk in chunks)
-    assert all(len(chunk.split()) == max_words for chunk in chunks[:-1])
+    assert all(len(chunk.split()) == max_words for chunk in chunks[:-2])
+
+
+def chunk_sizes(num_words: int, max_words: int = 100) -> list[int]:
+    return [len(chunk.split()) for chunk in split_words(" ".join(f"w{i}" for i in range(num_words)), max_words)]
 
 
 def test_split_words_empty_and_default_size():
     assert split_words("") == []
     assert split_words(" \n ") == []
-    chunks = split_words(" ".join(["x"] * 250))
-    assert [len(c.split()) for c in chunks] == [100, 100, 50]
+    assert chunk_sizes(250) == [100, 100, 50]
+
+
+@pytest.mark.parametrize("num_words, sizes", [
+    (205, [100, 53, 52]),  # not 100, 100, 5: a short tail shares the last two chunks' words evenly
+    (150, [100, 50]),  # a tail of exactly half stays
+    (149, [75, 74]),
+    (120, [60, 60]),
+    (101, [51, 50]),
+    (100, [100]),
+    (80, [80]),  # a text under max_words stays one chunk, however short
+    (3, [3]),
+    (349, [100, 100, 75, 74]),
+])
+def test_split_words_merges_a_short_last_chunk(num_words, sizes):
+    assert chunk_sizes(num_words) == sizes
+
+
+@pytest.mark.parametrize("max_words", [1, 2, 3, 4, 5, 7, 10, 100])
+def test_split_words_properties_over_many_lengths(max_words):
+    for num_words in range(0, 4 * max_words + 3):
+        words = [f"w{i}" for i in range(num_words)]
+        chunks = split_words(" ".join(words), max_words)
+        sizes = [len(chunk.split()) for chunk in chunks]
+        assert [word for chunk in chunks for word in chunk.split()] == words  # each word once, in order
+        assert all(1 <= size <= max_words for size in sizes)
+        if num_words == 0:
+            assert chunks == []
+        elif num_words <= max_words:
+            assert sizes == [num_words]
+        else:  # as many chunks as plain cutting gives: a short remainder shares the chunk before it
+            assert len(chunks) == -(-num_words // max_words)
+        assert all(size == max_words for size in sizes[:-2])  # DPR's fixed chunks up to the last two
+        if len(chunks) > 1:  # no tiny tail: every chunk of a split text has at least half of max_words
+            assert all(2 * size >= max_words for size in sizes)
+            assert sizes[-2] == max_words or sizes[-2] - sizes[-1] in (0, 1)  # evened out
 
 
 @pytest.mark.parametrize("bad", [0, -1, 2.5, True, "100"])
@@ -186,6 +226,8 @@ def test_demo_corpus_is_shipped_and_well_formed():
     assert {i.split(":")[0] for i in ids} == {"vital", "nqgold", "wiki18", "boolq"}
     assert all(set(r) == {"id", "title", "text"} for r in records)
     assert all(1 <= len(r["text"].split()) <= 100 for r in records)
+    # No tiny article tails: every chunk of a split record has at least half of the 100 words.
+    assert all(len(r["text"].split()) >= 50 for r in records if "#" in r["id"])
     assert len({(r["title"], r["text"]) for r in records}) == len(records)
     # Reading it back as passages keeps the ids (no re-chunking).
     assert [p.id for p in read_passages(path)] == ids
@@ -200,3 +242,48 @@ def test_demo_corpus_is_reproducible(tmp_path):
         check=True, capture_output=True,
     )
     assert out.read_bytes() == demo_passages_path().read_bytes()
+
+
+def load_script(name: str):
+    """A module of scripts/ (which import their neighbours by name)."""
+    spec = importlib.util.spec_from_file_location(name, REPO / "scripts" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_rechunk_demo_splits_complete_articles_again():
+    rechunk_demo = load_script("rechunk_demo")
+    words = [f"w{i}" for i in range(105)]
+    old = [
+        Passage("s:0#0", "A", " ".join(words[:100])), Passage("s:0#1", "A", " ".join(words[100:])),
+        Passage("s:1", "B", "capital city."),  # a record kept whole stays, however short
+        Passage("s:2#1", "C", "a chunk whose first one was dropped"),  # incomplete: cannot be re-joined
+    ]
+    new = [p for _, p in rechunk_demo.rechunk(old)]
+    assert new[0] == Passage("s:0#0", "A", " ".join(words[:53]))
+    assert new[1] == Passage("s:0#1", "A", " ".join(words[53:]))
+    assert new[2:] == old[2:]
+    assert [p for _, p in rechunk_demo.rechunk(new)] == new  # running it again changes nothing
+
+
+def test_shipped_demo_corpus_follows_the_current_chunking():
+    rechunk_demo = load_script("rechunk_demo")
+    shipped = rechunk_demo.read_demo(demo_passages_path())
+    assert [p for _, p in rechunk_demo.rechunk(shipped)] == shipped
+
+
+def test_rechunk_demo_encodes_only_changed_passages():
+    rechunk_demo = load_script("rechunk_demo")
+    old = [Passage("a", "T", "one"), Passage("b", "T", "two")]
+    old_vectors = np.array([[1, 0], [0, 1]], dtype=np.float16)
+    new = [Passage("b", "T", "two"), Passage("c", "T", "three"), Passage("a#0", "T", "one")]
+    asked = []
+
+    def encode(batch):
+        asked.extend(batch)
+        return np.full((len(batch), 2), 0.5, dtype=np.float32)
+
+    vectors, encoded = rechunk_demo.reuse_vectors(old, old_vectors, new, encode)
+    assert encoded == 1 and asked == [new[1]] and vectors.dtype == np.float16
+    assert vectors.tolist() == [[0, 1], [0.5, 0.5], [1, 0]]  # copied rows exact; 0.5 is exact in float16

@@ -4,6 +4,8 @@ leftovers of killed processes, ``kb info`` on a damaged knowledge base, ``--out 
 
 from __future__ import annotations
 
+import gzip
+import hashlib
 import json
 import os
 import time
@@ -353,3 +355,33 @@ def test_restart_never_deletes_the_state_of_a_running_build(capsys, tmp_path, co
     assert code != 0 and "busy" in one_error_line(err) and (partial / "build-state.json").is_file()
     build_kb(capsys, corpus_dir, out, "--restart")
     assert not partial.exists() and len(KnowledgeBase.load(out)) == 6
+
+
+def test_demo_knowledge_base_built_from_another_shipped_corpus_is_rebuilt(tmp_path, monkeypatch):
+    from openbook.rag import assemble
+
+    corpus = tmp_path / "data" / "passages.jsonl.gz"  # no shipped vectors next to it: the encoder is used
+    corpus.parent.mkdir()
+
+    def ship(texts):
+        records = [{"id": f"d:{i}", "title": "T", "text": text} for i, text in enumerate(texts)]
+        corpus.write_bytes(gzip.compress("".join(json.dumps(r) + "\n" for r in records).encode("utf-8")))
+
+    monkeypatch.setattr(assemble, "cache_dir", lambda: tmp_path / "cache")
+    monkeypatch.setattr(assemble, "demo_passages_path", lambda: corpus)
+    encoder = test_kb_cli.BowEncoder("fake/bow")
+    ship(["old one", "old two", "capital city."])
+    first = assemble.demo_knowledge_base(encoder, progress=False)
+    built = read_manifest(first.path)
+    assert len(first) == 3 and built["build"]["corpus_sha256"] == hashlib.sha256(corpus.read_bytes()).hexdigest()
+    assert read_manifest(assemble.demo_knowledge_base(encoder, progress=False).path) == built  # same corpus: kept
+    ship(["new one", "new two"])  # an upgrade re-chunked the shipped corpus
+    second = assemble.demo_knowledge_base(encoder, progress=False)
+    assert second.path == first.path and len(second) == 2
+    assert [second[i].text for i in range(2)] == ["new one", "new two"]
+    # A cache from before the corpus was recorded is rebuilt too.
+    manifest_path = second.path / MANIFEST_FILE
+    manifest = json.loads(manifest_path.read_text(encoding="utf-8"))
+    del manifest["build"]["corpus_sha256"]
+    manifest_path.write_text(json.dumps(manifest), encoding="utf-8")
+    assert read_manifest(assemble.demo_knowledge_base(encoder, progress=False).path)["build"]["corpus_sha256"]

@@ -3,6 +3,13 @@
 Lewis et al. (2020): "Each Wikipedia article is split into disjoint 100-word chunks". Words are the
 whitespace-separated tokens of the text; a chunk is those words joined by single spaces, so chunking
 also normalises runs of whitespace and newlines.
+
+One departure from plain fixed-size cutting: an article's remainder never becomes a tiny passage of its
+own. Cut every 100 words, a 205-word article would end in a 5-word chunk such as "capital city.", and
+such tails carry no context yet win retrieval (their few words all match; cut that way, 846 of the
+20,123 demo passages were article tails under 10 words, 2,797 under 50). When the last chunk of a multi-chunk text would be shorter
+than half of ``max_words``, the last two chunks share their words evenly instead (205 words: 100, 53,
+52). Chunks stay disjoint and at most ``max_words`` long, as in the paper.
 """
 
 from openbook.corpus.passages import Passage
@@ -19,12 +26,28 @@ def check_max_words(max_words: int) -> None:
 def split_words(text: str, max_words: int = DEFAULT_MAX_WORDS) -> list[str]:
     """Split ``text`` into disjoint consecutive chunks of at most ``max_words`` words.
 
-    Every word appears in exactly one chunk, in order; only the last chunk may be shorter.
-    Empty or whitespace-only text gives ``[]``.
+    Chunks are cut every ``max_words`` words, except at the end: if the last chunk of a multi-chunk
+    text would be shorter than half of ``max_words``, the words of the last two chunks are split evenly
+    between them (the first gets the odd word), so that no chunk is a tiny tail of its article. Thus
+    every word appears in exactly one chunk, in order; every chunk has at most ``max_words`` words; all
+    but the last two have exactly ``max_words``; and every chunk of a multi-chunk text has at least
+    ``max_words / 2``. Examples with ``max_words=100``: 205 words give 100, 53, 52; 150 give 100, 50;
+    120 give 60, 60; 80 give one chunk. Empty or whitespace-only text gives ``[]``.
     """
     check_max_words(max_words)
     words = text.split()
-    return [" ".join(words[start:start + max_words]) for start in range(0, len(words), max_words)]
+    sizes = [max_words] * (len(words) // max_words)
+    tail = len(words) % max_words
+    if tail and sizes and 2 * tail < max_words:  # a short tail: share the last two chunks' words evenly
+        shared = max_words + tail
+        sizes[-1:] = [(shared + 1) // 2, shared // 2]
+    elif tail:
+        sizes.append(tail)
+    chunks, start = [], 0
+    for size in sizes:
+        chunks.append(" ".join(words[start:start + size]))
+        start += size
+    return chunks
 
 
 def chunk_article(

@@ -9,6 +9,7 @@ adapter; a training run directory (``run.json`` + checkpoint) becomes its traine
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 import shutil
@@ -23,7 +24,7 @@ from openbook.corpus import Passage, read_passages
 from openbook.data import demo_passages_path
 from openbook.errors import InputError
 from openbook.index import KnowledgeBase
-from openbook.index.kb import FORMAT_VERSION, stored_format_version
+from openbook.index.kb import FORMAT_VERSION, read_manifest, stored_format_version
 from openbook.models import cache_dir, load_causal_lm, load_config, load_encoder, load_seq2seq
 from openbook.models.causal import CausalLMGenerator
 from openbook.models.encoders import Encoder
@@ -90,20 +91,24 @@ def demo_knowledge_base(encoder: Encoder, progress: bool = True) -> KnowledgeBas
     """The shipped demo knowledge base for ``encoder``: loaded if built, else built once (with a progress bar).
 
     For the offline default encoder the document vectors ship precomputed (float16) with the corpus;
-    they are used only if a live re-encoding of a sample agrees with them.
+    they are used only if a live re-encoding of a sample agrees with them. The build records the sha256
+    of the shipped corpus file; a cached knowledge base built from another corpus (e.g. before an
+    openbook upgrade changed how the demo passages are chunked) is rebuilt.
     """
     path = demo_kb_dir(encoder)
-    if stored_format_version(path) == FORMAT_VERSION:  # an older format is rebuilt below
+    corpus_sha256 = hashlib.sha256(demo_passages_path().read_bytes()).hexdigest()
+    if _demo_built_from(path) == corpus_sha256:  # an older format or corpus is rebuilt below
         return KnowledgeBase.load(path, expected_encoder=encoder.info())
-    if path.exists():  # an older format or an unfinished build, in openbook's own cache: build afresh
+    if path.exists():  # an older format or corpus, or an unfinished build, in openbook's own cache: build afresh
         shutil.rmtree(path)
     passages = list(read_passages(demo_passages_path()))
     if progress:
         print(f"openbook: building the demo knowledge base ({len(passages)} passages) in {path} (once)",
               file=sys.stderr)
+    source_info = {"corpus_sha256": corpus_sha256}
     shipped = _shipped_vectors(encoder, passages)
     if shipped is None:
-        return build_knowledge_base(passages, encoder, path, progress=progress)
+        return build_knowledge_base(passages, encoder, path, progress=progress, source_info=source_info)
     offset = 0
 
     def precomputed(batch: list) -> np.ndarray:
@@ -112,7 +117,16 @@ def demo_knowledge_base(encoder: Encoder, progress: bool = True) -> KnowledgeBas
         return shipped[offset - len(batch): offset]
 
     # The shipped vectors are float16 already: storing them as float16 loses nothing and halves the file.
-    return KnowledgeBase.build(passages, precomputed, encoder.info(), path, progress=progress, dtype="float16")
+    return KnowledgeBase.build(passages, precomputed, encoder.info(), path, progress=progress, dtype="float16",
+                               source_info=source_info)
+
+
+def _demo_built_from(path: Path) -> str | None:
+    """The sha256 of the corpus the demo knowledge base at ``path`` was built from, or None if there is
+    none of the current format (or it predates that record)."""
+    if stored_format_version(path) != FORMAT_VERSION:
+        return None
+    return read_manifest(path).get("build", {}).get("corpus_sha256")
 
 
 def _shipped_vectors(encoder: Encoder, passages: list, sample: int = 32) -> np.ndarray | None:
