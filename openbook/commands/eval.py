@@ -18,9 +18,9 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from openbook.commands import options, positive_int
+from openbook.commands.options import RETRIEVERS
 
 DEFAULT_K_TEXT = "1,5,20,100"
-RETRIEVERS = ("dense", "bm25", "hybrid")
 MATCH_MODES = ("dpr", "lenient")
 # The names of openbook.eval.tasks.TASKS, spelled out so that building the parser imports nothing
 # (a test checks that the two agree).
@@ -161,7 +161,7 @@ def _cmd_task(args: argparse.Namespace) -> int:
     report["settings"] = {
         "data": str(args.data),
         "limit": args.limit,
-        **({"run": str(args.run)} if args.run else {"generator": args.generator, "encoder": args.encoder}),
+        **({"run": str(args.run)} if args.run else {"generator": args.generator}),  # encoder: the model's, below
         **report["settings"],
     }
     json_path, md_path = write_report(report, out)

@@ -271,12 +271,13 @@ def _print_summary(manifest: dict, sizes: dict) -> None:
 
 def _cmd_info(args: argparse.Namespace) -> int:
     from openbook.index.kb import disk_usage, read_manifest
-    from openbook.index.kb.layout import _verify_files
+    from openbook.index.kb.layout import CHECKSUM_AUTO_MAX_BYTES, verify_files
 
     path = Path(args.dir)
     manifest = read_manifest(path)
-    _verify_files(path, manifest, "auto")  # what loading it checks: a damaged knowledge base is an error
-    integrity = "ok (files present with their recorded sizes and checksums)"
+    verify_files(path, manifest, "auto")  # what loading it checks: a damaged knowledge base is an error
+    integrity = ("ok (files present with their recorded sizes; sha256 checked for files up to "
+                 f"{CHECKSUM_AUTO_MAX_BYTES >> 20} MiB, as loading checks)")
     sizes = disk_usage(path)
     if args.json:
         record = {

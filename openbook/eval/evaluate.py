@@ -200,6 +200,12 @@ def evaluate(
     kb = getattr(model, "kb", None)
     if kb is not None and getattr(kb, "path", None) is not None:
         settings["knowledge_base"] = str(kb.path)
+    retriever = getattr(getattr(model, "retriever", None), "name", None)
+    if retriever is not None:  # dense, bm25 or hybrid: a BM25 report must not read as a dense one
+        settings["retriever"] = retriever
+    encoder = getattr(getattr(model, "query_encoder", None), "name", None)
+    if encoder is not None:
+        settings["encoder"] = encoder
 
     if labels:
         predictions, details = _classify(model, task, inputs, k, batch_size, progress)

@@ -7,6 +7,8 @@ import re
 import unicodedata
 from collections.abc import Iterable, Sequence
 
+import numpy as np
+
 from openbook.errors import InputError
 from openbook.eval.metrics.base import _check_ks, _check_texts, _same_length
 
@@ -23,6 +25,13 @@ def recall_at_k(ranked_hits: Sequence[Sequence[bool]], ks: Iterable[int]) -> dic
     retrieved). No queries raises :class:`~openbook.errors.InputError`.
     """
     ks = _check_ks(ks)
+    if isinstance(ranked_hits, np.ndarray) and ranked_hits.ndim == 2:  # the evaluators' (queries, ranks) hits
+        if not len(ranked_hits):
+            raise InputError("recall@k of no queries is undefined")
+        hits = ranked_hits.astype(bool)
+        found = hits.any(axis=1)
+        first = hits.argmax(axis=1)  # rank of the first hit, where there is one
+        return {k: float((found & (first < k)).mean()) for k in ks}
     if isinstance(ranked_hits, (str, bytes)) or not isinstance(ranked_hits, Iterable):
         raise InputError("ranked_hits must be a list of per-query lists of booleans")
     first_hits = []

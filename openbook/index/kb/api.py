@@ -32,10 +32,10 @@ from openbook.index.kb.layout import (
     _check_batch_size,
     _check_encoder_info,
     _check_version,
-    _verify_files,
     _version_entry,
     check_encoder_matches,
     read_manifest,
+    verify_files,
 )
 from openbook.index.store import PassageStore, check_dtype
 
@@ -137,7 +137,7 @@ class KnowledgeBase:
         manifest = read_manifest(path)
         if expected_encoder is not None:
             check_encoder_matches(path, manifest["encoder"], expected_encoder)
-        _verify_files(path, manifest, verify)
+        verify_files(path, manifest, verify)
         version = _check_version(path, manifest, version)
         embeddings = _load_embeddings(path, manifest)
         index = _load_index(path, manifest, mmap)
@@ -159,7 +159,7 @@ class KnowledgeBase:
 
     def verify(self) -> None:
         """Verify every file's sha256 checksum (slow for big indexes); raise KnowledgeBaseError if bad."""
-        _verify_files(self._path, self._manifest, "full")
+        verify_files(self._path, self._manifest, "full")
 
     def close(self) -> None:
         """Close the passage store (the object is unusable afterwards)."""

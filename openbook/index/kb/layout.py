@@ -245,7 +245,7 @@ def _data_files(manifest: dict[str, Any]) -> list[str]:
     return [STORE_FILE, EMBEDDINGS_FILE, manifest["index"]["file"]]
 
 
-def _verify_files(path: Path, manifest: dict[str, Any], verify: str) -> None:
+def verify_files(path: Path, manifest: dict[str, Any], verify: str) -> None:
     """Check presence, size and (depending on ``verify``) sha256 of every data file."""
     if verify not in VERIFY_MODES:
         raise InputError(f"verify must be one of {', '.join(VERIFY_MODES)}, got {verify!r}")
