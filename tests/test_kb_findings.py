@@ -385,3 +385,34 @@ def test_demo_knowledge_base_built_from_another_shipped_corpus_is_rebuilt(tmp_pa
     del manifest["build"]["corpus_sha256"]
     manifest_path.write_text(json.dumps(manifest), encoding="utf-8")
     assert read_manifest(assemble.demo_knowledge_base(encoder, progress=False).path)["build"]["corpus_sha256"]
+
+
+def test_shipped_demo_vectors_are_used_only_for_the_corpus_and_weights_they_record():
+    """A corpus change beyond the re-encoded sample (a re-chunking of later passages) must not reuse the
+    shipped vectors: their record names the corpus file's sha256 and the encoder's weights."""
+    from types import SimpleNamespace
+
+    from openbook.corpus import read_passages
+    from openbook.data import demo_passages_path
+    from openbook.index.kb.layout import sha256_file
+    from openbook.rag import assemble
+
+    folder = demo_passages_path().parent
+    meta = json.loads((folder / assemble.SHIPPED_VECTORS).with_suffix(".json").read_text())
+    vectors = np.load(folder / assemble.SHIPPED_VECTORS).astype(np.float32)
+    passages = list(read_passages(demo_passages_path()))
+    encoded = []
+
+    def encode_passages(batch):  # the stored rows, as a live encoder agreeing with them would give
+        encoded.append(len(batch))
+        return vectors[: len(batch)]
+
+    encoder = SimpleNamespace(name=meta["encoder"]["name"], dim=vectors.shape[1],
+                              weights_sha256=meta["encoder"]["weights_sha256"], encode_passages=encode_passages)
+    corpus = sha256_file(demo_passages_path())
+    assert meta["corpus_sha256"] == corpus
+    assert assemble._shipped_vectors(encoder, passages, corpus) is not None and encoded
+    encoded.clear()
+    assert assemble._shipped_vectors(encoder, passages, "0" * 64) is None and not encoded  # another corpus
+    encoder.weights_sha256 = "f" * 64  # other weights under the same name
+    assert assemble._shipped_vectors(encoder, passages, corpus) is None and not encoded

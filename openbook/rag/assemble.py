@@ -9,7 +9,6 @@ adapter; a training run directory (``run.json`` + checkpoint) becomes its traine
 
 from __future__ import annotations
 
-import hashlib
 import json
 import re
 import shutil
@@ -25,6 +24,7 @@ from openbook.data import demo_passages_path
 from openbook.errors import InputError
 from openbook.index import KnowledgeBase
 from openbook.index.kb import FORMAT_VERSION, read_manifest, stored_format_version
+from openbook.index.kb.layout import sha256_file
 from openbook.models import cache_dir, load_causal_lm, load_config, load_encoder, load_seq2seq
 from openbook.models.causal import CausalLMGenerator
 from openbook.models.encoders import Encoder
@@ -96,7 +96,7 @@ def demo_knowledge_base(encoder: Encoder, progress: bool = True) -> KnowledgeBas
     openbook upgrade changed how the demo passages are chunked) is rebuilt.
     """
     path = demo_kb_dir(encoder)
-    corpus_sha256 = hashlib.sha256(demo_passages_path().read_bytes()).hexdigest()
+    corpus_sha256 = sha256_file(demo_passages_path())
     if _demo_built_from(path) == corpus_sha256:  # an older format or corpus is rebuilt below
         return KnowledgeBase.load(path, expected_encoder=encoder.info())
     if path.exists():  # an older format or corpus, or an unfinished build, in openbook's own cache: build afresh
@@ -106,7 +106,7 @@ def demo_knowledge_base(encoder: Encoder, progress: bool = True) -> KnowledgeBas
         print(f"openbook: building the demo knowledge base ({len(passages)} passages) in {path} (once)",
               file=sys.stderr)
     source_info = {"corpus_sha256": corpus_sha256}
-    shipped = _shipped_vectors(encoder, passages)
+    shipped = _shipped_vectors(encoder, passages, corpus_sha256)
     if shipped is None:
         return build_knowledge_base(passages, encoder, path, progress=progress, source_info=source_info)
     offset = 0
@@ -129,14 +129,19 @@ def _demo_built_from(path: Path) -> str | None:
     return read_manifest(path).get("build", {}).get("corpus_sha256")
 
 
-def _shipped_vectors(encoder: Encoder, passages: list, sample: int = 32) -> np.ndarray | None:
-    """The shipped demo vectors as float32 if they belong to this encoder and corpus, else None."""
+def _shipped_vectors(encoder: Encoder, passages: list, corpus_sha256: str, sample: int = 32) -> np.ndarray | None:
+    """The shipped demo vectors as float32 if they belong to this encoder and corpus, else None: their
+    record names this corpus file (sha256) and these encoder weights, and a live re-encoding of a sample
+    agrees with them (the same weights on this machine's kernels)."""
     path = demo_passages_path().parent / SHIPPED_VECTORS
     if not path.is_file():
         return None
     meta_path = path.with_suffix(".json")
     meta = json.loads(meta_path.read_text()) if meta_path.is_file() else {}
-    if meta.get("encoder", {}).get("name") != encoder.name:
+    built_with = meta.get("encoder", {})
+    if built_with.get("name") != encoder.name or meta.get("corpus_sha256") != corpus_sha256:
+        return None
+    if built_with.get("weights_sha256") not in (None, encoder.weights_sha256):
         return None
     vectors = np.load(path).astype(np.float32)
     if vectors.shape != (len(passages), encoder.dim):
@@ -154,8 +159,6 @@ def encoder_name(encoder: str | None, kb=None) -> str:
     wrong one fails before any model is loaded."""
     built_with = None
     if kb is not None and not isinstance(kb, KnowledgeBase):
-        from openbook.index.kb import read_manifest
-
         built_with = read_manifest(kb)["encoder"].get("name")
     elif isinstance(kb, KnowledgeBase):
         built_with = kb.encoder_info.get("name")
