@@ -205,6 +205,13 @@ def test_ask_refuses_inconsistent_decoding_options(parts, options, message):
             model.ask(["capital of france"], **options)
 
 
+def test_ask_takes_numpy_numbers_for_its_options(parts):
+    encoder, kb, generator = parts
+    (answer,) = RAG(encoder, generator, kb, k=2).ask(["capital of france"], num_beams=np.int64(2),
+                                                      max_new_tokens=np.int64(2), length_penalty=np.float32(1.0))
+    assert isinstance(answer.answer, str)
+
+
 def test_cli_ask_k_and_decoding_errors_are_one_line(saved_models, capsys):
     gen_dir, kb_dir = saved_models
     base = ["ask", "capital of france", "--kb", str(kb_dir), "--generator", str(gen_dir), "--beams", "1",

@@ -37,6 +37,13 @@ class BeamConfig:
     forced_bos_token_id: int | None = None
     forced_eos_token_id: int | None = None
 
+    def __post_init__(self) -> None:
+        # Plain Python numbers from here on: numpy scalars given by a caller (np.int64 beams, an np.float32
+        # length penalty) would otherwise turn tensor arithmetic in the search into numpy's.
+        for name in ("num_beams", "max_length", "min_length", "num_return_sequences"):
+            setattr(self, name, int(getattr(self, name)))
+        self.length_penalty = float(self.length_penalty)
+
     def fill_value(self) -> int:
         """The id that pads finished sequences (transformers: pad if truthy, else EOS)."""
         if self.eos_token_id is None:

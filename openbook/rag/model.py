@@ -13,6 +13,7 @@ The knowledge base can be swapped in one call (``use_knowledge_base``) without r
 from __future__ import annotations
 
 import math
+import numbers
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 
@@ -113,8 +114,8 @@ def check_decoding_options(decoding: str, num_beams: int, max_new_tokens: int, m
         positive_int(min_new_tokens, "min_new_tokens")
     if min_new_tokens > max_new_tokens:
         raise InputError(f"min_new_tokens ({min_new_tokens}) must not exceed max_new_tokens ({max_new_tokens})")
-    if isinstance(length_penalty, bool) or not isinstance(length_penalty, (int, float)) or not math.isfinite(
-            length_penalty):
+    if isinstance(length_penalty, bool) or not isinstance(length_penalty, numbers.Real) or not math.isfinite(
+            length_penalty):  # numpy floats are numbers too, as numpy integers are for positive_int
         raise InputError(f"length_penalty must be a finite number, got {length_penalty!r}")
     if not 1 <= positive_int(n_best, "n_best") <= num_beams:
         raise InputError(f"n_best must be between 1 and the number of beams ({num_beams}), got {n_best}")
