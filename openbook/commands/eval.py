@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 from typing import Any, TextIO
 
-from openbook.commands import options, positive_int
+from openbook.commands import k_list, options, positive_int
 from openbook.commands.options import RETRIEVERS
 
 DEFAULT_K_TEXT = "1,5,20,100"
@@ -28,11 +28,6 @@ TASK_NAMES = (
     "nq", "webquestions", "curatedtrec", "qa", "abstractive", "jeopardy", "fever3", "fever2", "boolq", "boolq-passage",
     "kilt",
 )
-
-
-def _k_list(text: str) -> list[int]:
-    """argparse type: comma-separated whole numbers of at least 1, sorted and distinct."""
-    return sorted({positive_int(part.strip()) for part in text.split(",")})
 
 
 def _name_list(text: str) -> list[str]:
@@ -112,7 +107,7 @@ def register(subparsers) -> None:
     retrieval.add_argument("--questions", metavar="FILE", required=True, help="the question set (JSON Lines, .gz ok)")
     options.add_options(retrieval, "kb", "encoder")
     retrieval.add_argument(
-        "--k", type=_k_list, default=_k_list(DEFAULT_K_TEXT), metavar="K,K,...",
+        "--k", type=k_list, default=k_list(DEFAULT_K_TEXT), metavar="K,K,...",
         help=f"cut-offs for recall@k (default: {DEFAULT_K_TEXT})",
     )
     retrieval.add_argument("--limit", type=positive_int, metavar="N", default=None, help="evaluate the first N questions")

@@ -11,7 +11,7 @@ import json
 import sys
 from pathlib import Path
 
-from openbook.commands import options, positive_int
+from openbook.commands import k_list, options, positive_int
 
 
 def register(commands) -> None:
@@ -76,7 +76,8 @@ def _register_paper_experiments(group) -> None:
     p = _experiment(group, "k-sweep", "exact match and answer recall vs test-time k (Figure 3)",
                     "Exact match and answer recall@k for each test-time k (paper Figure 3).", _k_sweep)
     p.add_argument("--run", action="append", required=True, metavar="RUN", help="repeatable; " + RUN_HELP)
-    p.add_argument("--ks", default="1,2,3,5,10", help="comma-separated test-time k (default: %(default)s)")
+    p.add_argument("--ks", type=k_list, default="1,2,3,5,10", metavar="K,K,...",
+                   help="comma-separated test-time k (default: %(default)s)")
     p.add_argument("--model", choices=("rag-sequence", "rag-token"), default="rag-sequence",
                    help="the kind of 'default' runs (default: %(default)s)")
     p = _experiment(group, "posterior", "RAG-Token per-token document posterior heat map (Figure 2)",
@@ -133,14 +134,8 @@ def _ablation(args: argparse.Namespace) -> int:
 def _k_sweep(args: argparse.Namespace) -> int:
     from openbook.experiments.k_sweep import run_k_sweep
 
-    try:
-        ks = [positive_int(k) for k in args.ks.split(",") if k.strip()]
-    except argparse.ArgumentTypeError as problem:
-        args.subparser.error(f"--ks must be comma-separated positive whole numbers, got {args.ks!r}: {problem}")
-    if not ks:
-        args.subparser.error(f"--ks must hold positive whole numbers, got {args.ks!r}")
     args.k = None
-    return run_k_sweep(args.run, ks, _settings(args), args.out, args.json, model=args.model)
+    return run_k_sweep(args.run, args.ks, _settings(args), args.out, args.json, model=args.model)
 
 
 def _posterior(args: argparse.Namespace) -> int:
