@@ -78,6 +78,22 @@ def make_temp_dir_next_to(path: str | os.PathLike, purpose: str = "building") ->
     return tmp
 
 
+@contextlib.contextmanager
+def atomic_dir(path: str | os.PathLike, purpose: str = "building") -> Iterator[Path]:
+    """Yield a new empty folder beside ``path`` to fill; on success its files are fsynced and it replaces
+    ``path`` (:func:`replace_dir`). If the body raises, the folder is removed and ``path`` is left as it was."""
+    path = Path(path)
+    tmp = make_temp_dir_next_to(path, purpose)
+    try:
+        yield tmp
+        for entry in tmp.rglob("*"):
+            if entry.is_file():
+                fsync_path(entry)
+        replace_dir(tmp, path)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
 def replace_dir(src: str | os.PathLike, dst: str | os.PathLike) -> None:
     """Move the complete directory ``src`` to ``dst``, replacing any existing ``dst``.
 

@@ -24,7 +24,6 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
-import shutil
 import socket
 import sys
 import warnings
@@ -38,7 +37,7 @@ import torch
 import transformers
 from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForSeq2SeqLM, AutoTokenizer, GgufConfig
 
-from openbook.atomic import make_temp_dir_next_to, replace_dir
+from openbook.atomic import atomic_dir
 from openbook.errors import ModelLoadError, OpenbookError
 from openbook.models.encoders import Encoder
 
@@ -172,12 +171,8 @@ def write_atomically(target: Path, write: Callable[[Path], None]) -> None:
     An existing ``target`` (a stale copy) is replaced. If the write fails or is interrupted, the
     temporary folder is removed and ``target`` is left as it was.
     """
-    temporary = make_temp_dir_next_to(target, "converting")
-    try:
+    with atomic_dir(target, "converting") as temporary:
         write(temporary)
-        replace_dir(temporary, target)
-    finally:
-        shutil.rmtree(temporary, ignore_errors=True)
 
 
 def _save_converted(model, tokenizer, folder: Path, source: dict) -> None:

@@ -26,12 +26,11 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 from pathlib import Path
 
 import torch
 
-from openbook.atomic import make_temp_dir_next_to, replace_dir
+from openbook.atomic import atomic_dir
 from openbook.errors import InputError
 
 FORMATS = ("transformers",)
@@ -92,8 +91,7 @@ def export_transformers(rag, out_dir: str | os.PathLike, *, force: bool = False,
     exported.generation_config = generator.model.generation_config  # forced BOS/EOS, start token
     out = Path(out_dir)
     _check_destination(out, force)
-    tmp = make_temp_dir_next_to(out, "exporting")
-    try:
+    with atomic_dir(out, "exporting") as tmp:
         with quiet_loading():
             exported.eval().save_pretrained(tmp)
             RagTokenizer(rag.query_encoder.tokenizer, generator.tokenizer).save_pretrained(tmp)
@@ -101,9 +99,6 @@ def export_transformers(rag, out_dir: str | os.PathLike, *, force: bool = False,
             **(note or {}), "class": cls.__name__, "model": rag.model_type, "knowledge_base": str(rag.kb.path),
             "score_scale_folded_into_question_encoder": float(rag.score_scale.detach()),
         }, indent=1) + "\n", encoding="utf-8")
-        replace_dir(tmp, out)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
     return out
 
 

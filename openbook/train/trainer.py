@@ -15,7 +15,6 @@ from __future__ import annotations
 import json
 import math
 import random
-import shutil
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -25,7 +24,7 @@ from pathlib import Path
 import torch
 from tqdm import tqdm
 
-from openbook.atomic import exclusive_lock, make_temp_dir_next_to, remove_leftovers_beside, replace_dir
+from openbook.atomic import atomic_dir, exclusive_lock, remove_leftovers_beside
 from openbook.errors import InputError
 from openbook.models.weights import WEIGHTS_FILE, load_weights, read_tensors, save_weights, weights_path, write_tensors
 
@@ -104,17 +103,13 @@ def save_checkpoint(out_dir: Path, rag, optimizer, state: TrainState, cfg: Train
     ``state.json`` (the position in the data order and the training options).
     """
     target = out_dir / CHECKPOINT
-    tmp = make_temp_dir_next_to(target)
-    try:
+    with atomic_dir(target) as tmp:
         save_weights(rag, tmp / WEIGHTS_FILE)
         write_tensors(tmp / OPTIMIZER_FILE, *_split_optimizer_state(optimizer.state_dict()))
         version, internal, gauss = random.getstate()
         write_tensors(tmp / RNG_FILE, {"torch": torch.get_rng_state()},
                       {"python": {"version": version, "state": list(internal), "gauss_next": gauss}})
         (tmp / "state.json").write_text(json.dumps({"state": asdict(state), "config": asdict(cfg)}, indent=1))
-        replace_dir(tmp, target)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
 
 
 def load_checkpoint(out_dir: Path, rag, optimizer) -> TrainState:

@@ -17,14 +17,13 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from openbook.atomic import fsync_path, make_temp_dir_next_to, replace_dir
+from openbook.atomic import atomic_dir
 from openbook.errors import InputError
 from openbook.index.bm25.terms import _Tokenizer, passage_string, stopword_list
 from openbook.index.dense import check_exclude, check_k
@@ -160,16 +159,10 @@ class BM25Index:
                 raise InputError(
                     f"refusing to replace {directory}: it exists and is not a BM25 index (no {META_FILE})"
                 )
-        tmp = make_temp_dir_next_to(directory)
-        try:
+        with atomic_dir(directory) as tmp:
             self._bm25.save(tmp, show_progress=False)
             meta_path = tmp / META_FILE
             meta_path.write_text(json.dumps(self._meta, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
-            for path in tmp.iterdir():
-                fsync_path(path)
-            replace_dir(tmp, directory)
-        finally:
-            shutil.rmtree(tmp, ignore_errors=True)
 
     @classmethod
     def load(cls, directory: str | os.PathLike, mmap: bool = True) -> "BM25Index":
