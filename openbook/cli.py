@@ -17,8 +17,7 @@ import warnings
 from collections.abc import Sequence
 
 from openbook import __version__
-from openbook.commands import one_line
-from openbook.errors import OpenbookError
+from openbook.errors import OpenbookError, one_line
 
 PROG = "openbook"
 

@@ -30,3 +30,10 @@ def positive_int(value, name: str) -> int:
     if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
         raise InputError(f"{name} must be a positive integer, got {value!r}")
     return int(value)
+
+
+def one_line(text: object, limit: int | None = None) -> str:
+    """``text`` with every run of whitespace (newlines included) as one space, so that a message prints on
+    one line; cut to ``limit`` characters (ending in "…") if given."""
+    flat = " ".join(str(text).split())
+    return flat if limit is None or len(flat) <= limit else flat[: limit - 1] + "…"

@@ -20,8 +20,3 @@ def positive_int(text: str) -> int:
 def k_list(text: str) -> list[int]:
     """argparse type: comma-separated whole numbers of at least 1, sorted and distinct (``--k 1,5,20``)."""
     return sorted({positive_int(part.strip()) for part in text.split(",")})
-
-
-def one_line(text: str) -> str:
-    """``text`` with every run of whitespace (newlines included) as one space: messages print on one line."""
-    return " ".join(str(text).split())

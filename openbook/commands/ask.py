@@ -13,8 +13,8 @@ import warnings
 from collections.abc import Iterator
 from typing import Any, TextIO
 
-from openbook.commands import one_line, options
-from openbook.errors import InputError, OpenbookError
+from openbook.commands import options
+from openbook.errors import InputError, OpenbookError, one_line
 
 SNIPPET_CHARS = 160
 DEFAULT_MAX_NEW_TOKENS = 32

@@ -18,7 +18,7 @@ import torch
 from safetensors import SafetensorError
 from safetensors.torch import load_file, load_model, save_file, save_model
 
-from openbook.errors import InputError
+from openbook.errors import InputError, one_line
 
 WEIGHTS_FILE = "model.safetensors"
 LEGACY_WEIGHTS_FILE = "model.pt"  # what openbook wrote before it used safetensors; never unpickled
@@ -76,6 +76,5 @@ def read_tensors(path: str | os.PathLike, with_data: bool = False):
         raise InputError(f"{json_path} is not a readable JSON file: {_one_line(exc)}") from None
 
 
-def _one_line(exc: Exception, limit: int = 300) -> str:
-    text = " ".join(str(exc).split()) or type(exc).__name__
-    return text if len(text) <= limit else text[: limit - 1] + "…"
+def _one_line(exc: Exception) -> str:
+    return one_line(exc, limit=300) or type(exc).__name__
