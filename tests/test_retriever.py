@@ -106,6 +106,23 @@ def test_dense_retriever_scores_are_differentiable_wrt_the_query_encoder(parts):
     np.testing.assert_allclose(plain.scores, hits.scores.detach().numpy(), atol=16 * 4 * np.finfo(np.float32).eps)
 
 
+
+def test_rank_fusion_reads_dense_ids_without_a_graph_through_the_query_encoder(parts):
+    """Hybrid retrieval only needs the dense ranking: search_ids gives search's rows, with no autograd."""
+    encoder, kb, _ = parts
+    dense = DenseRetriever(kb, encoder)
+    questions = ["capital of france", "largest planet"]
+    scores, ids = dense.search(questions, 3)
+    assert scores.requires_grad and dense.search_ids(questions, 3).tolist() == np.asarray(ids).tolist()
+    calls = []
+
+    def encode(qs):
+        calls.append(torch.is_grad_enabled())
+        return encoder(qs)
+
+    DenseRetriever(kb, encode).search_ids(questions, 3)
+    assert calls == [False]
+
 # ---------------------------------------------------------------------------------------------------
 # one interface: RAG with every retriever, and with a new one
 

@@ -121,6 +121,10 @@ class Retriever(ABC):
     def search(self, questions: list[str], k: int) -> tuple[Any, np.ndarray]:
         """``(scores (B, k), row ids (B, k))`` for a ``k`` already checked against the live passages."""
 
+    def search_ids(self, questions: list[str], k: int) -> np.ndarray:
+        """Only the row ids of :meth:`search` (what rank fusion reads)."""
+        return np.asarray(self.search(questions, k)[1])
+
 
 class DenseRetriever(Retriever):
     """MIPS over ``kb``'s index with the query encoder ``encode`` (questions -> (B, d) vectors)."""
@@ -140,6 +144,15 @@ class DenseRetriever(Retriever):
         _, ids = self.kb.search(q.detach().float().cpu().numpy(), k)
         doc_vectors = torch.from_numpy(np.ascontiguousarray(self.kb.embeddings[ids])).to(q)  # (B, K, d)
         return torch.einsum("bkd,bd->bk", doc_vectors, q), ids
+
+    def search_ids(self, questions: list[str], k: int) -> np.ndarray:
+        """The MIPS row ids alone: no graph through q(x) and no re-scoring from the stored vectors."""
+        import torch
+
+        with torch.no_grad():
+            q = self.encode(questions)
+        q = q.detach().float().cpu().numpy() if hasattr(q, "detach") else np.asarray(q, dtype=np.float32)
+        return np.asarray(self.kb.search(q, k)[1])
 
 
 class BM25Retriever(Retriever):
@@ -186,7 +199,7 @@ class HybridRetriever(Retriever):
         from openbook.index.hybrid import reciprocal_rank_fusion
 
         fetch = min(max(k, self.depth), self.num_passages)
-        lists = [np.asarray(retriever.search(questions, fetch)[1]) for retriever in self.retrievers]
+        lists = [retriever.search_ids(questions, fetch) for retriever in self.retrievers]
         return reciprocal_rank_fusion(lists, k)
 
 
