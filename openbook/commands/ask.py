@@ -41,7 +41,7 @@ def register(subparsers) -> None:
     ask.add_argument("question", nargs="?", metavar="QUESTION", help="the question to answer")
     ask.add_argument("--file", metavar="QUESTIONS.txt",
                      help="answer every question in this file, one per line (blank lines skipped; '-' reads stdin)")
-    options.add_options(ask, "model", "k", "retriever", "beams", "decoding", "run", "kb", "generator", "encoder",
+    options.add_options(ask, "model", "k", "retriever", "beams", "decoding", "run", "kb", "generator", "untrained", "encoder",
                         "max-new-tokens", "batch-size")
     ask.add_argument("--min-new-tokens", type=int, metavar="N", default=0,
                      help="shortest answer, in generator tokens (default: %(default)s)")

@@ -28,7 +28,7 @@ def register(commands) -> None:
     hs.add_argument("--run", metavar="RUN", help="a run trained with `openbook train --out` (its query encoder "
                     "and generator; the paper swaps the index under its NQ-trained model); default: the untrained "
                     "--generator and --encoder")
-    options.add_options(hs, "model", "generator", "encoder", "k", "beams")  # without --run: the untrained models
+    options.add_options(hs, "model", "generator", "untrained", "encoder", "k", "beams")
     hs.add_argument("--max-new-tokens", type=positive_int, metavar="N",
                     help=f"longest answer (default: {HOT_SWAP_MAX_NEW_TOKENS})")
     hs.add_argument("--limit", type=positive_int, help="first N changed offices only")

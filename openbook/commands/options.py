@@ -43,7 +43,13 @@ def _kb(p) -> None:
 
 def _generator(p) -> None:
     p.add_argument("--generator", metavar="NAME_OR_PATH", default="default",
-                   help="generator p_theta: a model name or local path (default: the offline SmolLM2-135M-Instruct)")
+                   help="generator p_theta: a model name or local path (default: the offline SmolLM2-135M-Instruct "
+                   "with openbook's shipped fine-tuned adapters, docs/models/default.md)")
+
+
+def _untrained(p) -> None:
+    p.add_argument("--untrained", action="store_true",
+                   help="the packaged generator as it is, without the shipped fine-tuned adapters")
 
 
 def _encoder(p) -> None:
@@ -86,7 +92,7 @@ def _batch_size(p) -> None:
 
 
 OPTIONS: dict[str, Callable] = {
-    "model": _model, "run": _run, "kb": _kb, "generator": _generator, "encoder": _encoder, "k": _k,
+    "model": _model, "run": _run, "kb": _kb, "generator": _generator, "untrained": _untrained, "encoder": _encoder, "k": _k,
     "retriever": _retriever, "beams": _beams, "decoding": _decoding, "max-new-tokens": _max_new_tokens,
     "batch-size": _batch_size,
 }
@@ -121,4 +127,4 @@ def load_model(args: argparse.Namespace, **options):
     return build(model=getattr(args, "model", None), kb=getattr(args, "kb", None),
                  generator=getattr(args, "generator", "default"), encoder=getattr(args, "encoder", None),
                  run=getattr(args, "run", None), retriever=getattr(args, "retriever", None),
-                 k=getattr(args, "k", None), **options)
+                 k=getattr(args, "k", None), **{"untrained": getattr(args, "untrained", False), **options})

@@ -42,6 +42,11 @@ def register(commands) -> None:
     p.add_argument("--max-context-length", type=positive_int, metavar="N",
                    help="longest generator input (question + passage), in tokens; longer passages are cut "
                         "(default: the generator's own, 300 for seq2seq as in transformers' RAG, 384 for causal LMs)")
+    p.add_argument("--lora", type=positive_int, metavar="R",
+                   help="train LoRA adapters of rank R on the generator's linear layers instead of all its weights "
+                        "(peft; the checkpoint keeps only the adapters; default: full fine-tuning, as in the paper)")
+    p.add_argument("--lora-alpha", type=positive_int, metavar="A", help="LoRA scale numerator (default: 2 R)")
+    p.add_argument("--lora-dropout", type=float, default=0.05, metavar="P", help="LoRA dropout (default: %(default)s)")
     p.add_argument("--freeze-retriever", action="store_true", help="the 'Frozen' ablation: q(x) is not updated")
     p.add_argument("--mixed-precision", action="store_true",
                    help="bfloat16 autocast on the CPU (fast where it has AVX-512 BF16 or AMX; warned about elsewhere)")
@@ -131,13 +136,23 @@ def run(args: argparse.Namespace) -> int:
     if args.mixed_precision and not bf16_hardware():
         print("openbook: warning: this CPU has no native bfloat16 (AVX-512 BF16 or AMX); --mixed-precision will "
               "probably be slower than float32", file=sys.stderr)
-    rag = options.load_model(args, learn_scale=args.learn_scale)
+    lora = None
+    if args.lora:
+        from openbook.models.adapters import LoraSettings
+
+        lora = LoraSettings(r=args.lora, alpha=args.lora_alpha or 2 * args.lora, dropout=args.lora_dropout)
+    rag = options.load_model(args, learn_scale=args.learn_scale, untrained=True)
+    if lora is not None:
+        from openbook.models.adapters import add_lora
+
+        add_lora(rag.generator.model, lora)
     if args.max_context_length:
         rag.generator.max_context_length = args.max_context_length
     write_run_spec(args.out, model=args.model, generator=args.generator, encoder=encoder_name(args.encoder, args.kb),
                    kb=args.kb, retriever=args.retriever, k=args.k, learn_scale=args.learn_scale,
                    freeze_retriever=frozen, train=_as_path(args.train),
-                   task=args.task, max_context_length=rag.generator.max_context_length)
+                   task=args.task, max_context_length=rag.generator.max_context_length,
+                   lora=lora.to_dict() if lora is not None else None)
     cfg = TrainConfig(
         k=args.k, epochs=args.epochs, max_steps=args.max_steps, batch_size=args.batch_size,
         grad_accumulation=args.grad_accumulation, lr_generator=args.lr_generator,

@@ -6,6 +6,14 @@ from pathlib import Path
 from openbook.errors import KnowledgeBaseError
 
 DEMO_PASSAGES = ("demo", "passages.jsonl.gz")
+DEFAULT_RUN = "default"  # the shipped fine-tuned default: run.json + checkpoint/model.safetensors (LoRA adapters)
+
+
+def default_run_path() -> Path | None:
+    """The folder of the shipped fine-tuned default model (``scripts/train_default.sh`` makes it), or None
+    if this installation has none."""
+    path = Path(str(resources.files(__name__).joinpath(DEFAULT_RUN)))
+    return path if (path / "run.json").is_file() else None
 
 
 def demo_passages_path() -> Path:

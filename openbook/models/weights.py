@@ -38,19 +38,43 @@ def weights_path(folder: str | os.PathLike, hint: str = "") -> Path:
     raise InputError(f"no trained weights in {folder} (expected {path}{'; ' + hint if hint else ''})")
 
 
-def save_weights(module: torch.nn.Module, path: str | os.PathLike) -> None:
-    """Write ``module.state_dict()`` to ``path`` as safetensors, each shared tensor once."""
-    save_model(module, str(path))
+def save_weights(module: torch.nn.Module, path: str | os.PathLike, only: set[str] | None = None) -> None:
+    """Write ``module.state_dict()`` to ``path`` as safetensors, each shared tensor once; with ``only``,
+    just the tensors of those names (what a LoRA run trains: its adapters, not the packaged base model)."""
+    if only is None:
+        save_model(module, str(path))
+        return
+    state = module.state_dict()
+    missing = sorted(only - set(state))
+    if missing:
+        raise ValueError(f"no tensors named {', '.join(missing[:3])} in the model")
+    save_file({name: state[name].detach().contiguous() for name in sorted(only)}, str(path))
 
 
-def load_weights(module: torch.nn.Module, path: str | os.PathLike, what: str = "the model") -> None:
-    """Load the safetensors file ``path`` into ``module``: every tensor must be there, with its shape."""
+def load_weights(module: torch.nn.Module, path: str | os.PathLike, what: str = "the model",
+                 required: set[str] | None = None) -> None:
+    """Load the safetensors file ``path`` into ``module``: every tensor must be there, with its shape.
+
+    With ``required``, the file may hold a part of the model (a LoRA run's adapters): it must hold at least
+    the tensors named in ``required``, and every tensor in it must be one of the model's, with its shape."""
     try:
-        load_model(module, str(path), strict=True)
+        if required is None:
+            load_model(module, str(path), strict=True)
+            return
+        tensors = load_file(str(path))
     except (SafetensorError, OSError) as exc:
         raise InputError(f"{path} is not a readable safetensors weights file: {_one_line(exc)}") from None
     except (RuntimeError, ValueError) as exc:  # missing, unexpected or misshapen tensors
         raise InputError(f"{path} does not fit {what}: {_one_line(exc)}") from None
+    state = module.state_dict()
+    problems = [f"missing {name}" for name in sorted(required - set(tensors))]
+    problems += [f"unexpected {name}" for name in sorted(set(tensors) - set(state))]
+    problems += [f"{name} has shape {tuple(t.shape)}, expected {tuple(state[name].shape)}"
+                 for name, t in sorted(tensors.items()) if name in state and t.shape != state[name].shape]
+    if problems:
+        more = f" (and {len(problems) - 3} more)" if len(problems) > 3 else ""
+        raise InputError(f"{path} does not fit {what}: {'; '.join(problems[:3])}{more}")
+    module.load_state_dict(tensors, strict=False)
 
 
 def write_tensors(path: str | os.PathLike, tensors: dict[str, torch.Tensor], data: Any = None) -> None:

@@ -20,12 +20,13 @@ import numpy as np
 
 from openbook.atomic import atomic_output
 from openbook.corpus import Passage, read_passages
-from openbook.data import demo_passages_path
+from openbook.data import default_run_path, demo_passages_path
 from openbook.errors import InputError
 from openbook.index import KnowledgeBase
 from openbook.index.kb import FORMAT_VERSION, read_manifest, stored_format_version
 from openbook.index.kb.layout import sha256_file
 from openbook.models import cache_dir, load_causal_lm, load_config, load_encoder, load_seq2seq
+from openbook.models.adapters import LoraSettings, add_lora, lora_tensor_names, merge_lora
 from openbook.models.causal import CausalLMGenerator
 from openbook.models.encoders import Encoder
 from openbook.models.generators import Generator, Seq2SeqGenerator
@@ -200,7 +201,8 @@ def _encoder(encoder, kb) -> Encoder:
 
 
 def load_model(model: str | None = None, kb=None, generator: str = "default", encoder: str | Encoder | None = None,
-               run: str | Path | None = None, retriever: str | None = None, k: int | None = None, **options):
+               run: str | Path | None = None, retriever: str | None = None, k: int | None = None,
+               untrained: bool = False, **options):
     """The model a command works with, built in one place, in eval mode.
 
     With ``run`` (an ``openbook train --out`` directory): its trained model (:func:`load_run`); ``model``,
@@ -208,7 +210,13 @@ def load_model(model: str | None = None, kb=None, generator: str = "default", en
     another index, with BM25 ...), and the run brings its own generator and encoder. Without: ``model``
     ``"closed-book"`` is the generator alone (:class:`ClosedBook`), otherwise a :class:`RAG` of
     ``generator`` and ``encoder`` over ``kb`` (:func:`load_rag`; default: RAG-Sequence, dense retrieval,
-    k=5). ``options`` go to :class:`RAG` (``learn_scale``, ``score_scale``)."""
+    k=5). ``options`` go to :class:`RAG` (``learn_scale``, ``score_scale``).
+
+    The offline default generator and encoder (``"default"``) come with openbook's shipped fine-tuned
+    adapters (:func:`openbook.data.default_run_path`, a run loaded by :func:`load_run`) unless ``untrained``
+    or ``options`` ask for something the trained run does not have; a closed-book model is never adapted."""
+    if run is None and _shipped_default_applies(model, generator, encoder, untrained, options):
+        run = default_run_path()
     if run is not None:
         if generator != "default" or (encoder is not None and encoder != "default"):
             raise InputError(f"a run ({run}) brings its own generator and encoder: give --generator/--encoder "
@@ -218,6 +226,12 @@ def load_model(model: str | None = None, kb=None, generator: str = "default", en
         return ClosedBook(load_generator(generator)).eval()
     settings = {"retriever": retriever or "dense", **({"k": k} if k is not None else {}), **options}
     return load_rag(model=model, kb=kb, generator=generator, encoder=encoder, **settings).eval()
+
+
+def _shipped_default_applies(model, generator, encoder, untrained: bool, options: dict) -> bool:
+    if untrained or options or model == "closed-book" or default_run_path() is None:
+        return False
+    return generator == "default" and (encoder is None or encoder == "default")
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -297,5 +311,11 @@ def load_run(run_dir: str | Path, kb=None, **overrides):
                          retriever=spec.get("retriever", "dense"))
     if spec.get("max_context_length"):  # what the run was trained with
         model.generator.max_context_length = int(spec["max_context_length"])
-    load_weights(model, weights, f"the model {run_dir}/{RUN_FILE} describes")
+    what = f"the model {run_dir}/{RUN_FILE} describes"
+    if spec.get("lora"):  # the checkpoint holds the adapters (and what else was trained), not the base model
+        add_lora(model.generator.model, LoraSettings.from_dict(spec["lora"]))
+        load_weights(model, weights, what, required=lora_tensor_names(model))
+        merge_lora(model.generator.model)  # answering then costs what the base model costs
+    else:
+        load_weights(model, weights, what)
     return model.eval()

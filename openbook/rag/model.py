@@ -187,11 +187,15 @@ class RAG(nn.Module):
     @classmethod
     def load(cls, model: str | None = None, kb=None, generator: str = "default", encoder: str | None = None,
              **options) -> RAG:
-        """A RAG model from names (:func:`openbook.rag.assemble.load_rag`; imported here, not at module level,
-        because the loader sits above this module)."""
-        from openbook.rag.assemble import load_rag
+        """A RAG model from names, in eval mode (:func:`openbook.rag.assemble.load_model`, imported here, not at
+        module level, because the loader sits above this module). With no names it is the shipped fine-tuned
+        default; ``untrained=True`` gives the packaged generator without its adapters, ``run=DIR`` a training
+        run; ``k``, ``retriever`` and the :class:`RAG` options (``learn_scale``, ``score_scale``) pass through."""
+        from openbook.rag.assemble import load_model
 
-        return load_rag(model=model, kb=kb, generator=generator, encoder=encoder, **options)
+        if model == "closed-book":
+            raise InputError("RAG.load builds a RAG model; the closed-book generator is ClosedBook")
+        return load_model(model=model, kb=kb, generator=generator, encoder=encoder, **options)
 
     @property
     def score_scale(self) -> torch.Tensor:

@@ -26,6 +26,7 @@ from tqdm import tqdm
 
 from openbook.atomic import atomic_dir, exclusive_lock, remove_leftovers_beside
 from openbook.errors import InputError
+from openbook.models.adapters import LORA_MARK, has_lora, lora_tensor_names
 from openbook.models.weights import WEIGHTS_FILE, load_weights, read_tensors, save_weights, weights_path, write_tensors
 
 CHECKPOINT = "checkpoint"
@@ -65,8 +66,9 @@ class TrainState:
 
 
 def parameter_groups(rag, cfg: TrainConfig) -> list[dict]:
-    """Adam groups: the generator, the query encoder (unless frozen or absent), the learnable score scale."""
-    groups = [{"params": [p for p in rag.generator.parameters()], "lr": cfg.lr_generator, "name": "generator"}]
+    """Adam groups: the generator (its LoRA adapters, if it has them), the query encoder (unless frozen or
+    absent), the learnable score scale."""
+    groups = [{"params": _generator_parameters(rag), "lr": cfg.lr_generator, "name": "generator"}]
     if not cfg.freeze_retriever and _query_encoder(rag) is not None:
         groups.append({"params": list(rag.query_encoder.parameters()), "lr": cfg.lr_query_encoder,
                        "name": "query_encoder"})
@@ -80,9 +82,28 @@ def _query_encoder(rag):
     return getattr(rag, "query_encoder", None)
 
 
+def _generator_parameters(rag) -> list:
+    """The generator weights training updates: all of them, or only the LoRA adapters if it has some."""
+    if has_lora(rag.generator):
+        return [p for name, p in rag.generator.named_parameters() if LORA_MARK in name]
+    return list(rag.generator.parameters())
+
+
+def trained_tensor_names(rag) -> set[str] | None:
+    """For a model with LoRA adapters, the state-dict names a checkpoint keeps: the adapters, the query
+    encoder if it is trained and the score scale (the packaged base model is not copied into every
+    checkpoint); None (everything) otherwise."""
+    if not has_lora(rag.generator):
+        return None
+    trained = {id(p) for p in rag.parameters() if p.requires_grad}
+    names = {name for name, p in rag.named_parameters() if id(p) in trained or LORA_MARK in name}
+    return names | ({"log_scale"} if getattr(rag, "log_scale", None) is not None else set())
+
+
 def _set_trainable(rag, cfg: TrainConfig) -> None:
-    for p in rag.generator.parameters():
-        p.requires_grad_(True)
+    lora = has_lora(rag.generator)
+    for name, p in rag.generator.named_parameters():
+        p.requires_grad_(LORA_MARK in name or not lora)
     for p in _query_encoder(rag).parameters() if _query_encoder(rag) is not None else ():
         p.requires_grad_(not cfg.freeze_retriever)
 
@@ -96,15 +117,16 @@ def _epoch_order(n: int, seed: int, epoch: int) -> list[int]:
 def save_checkpoint(out_dir: Path, rag, optimizer, state: TrainState, cfg: TrainConfig) -> None:
     """Write ``out_dir/checkpoint`` atomically: a crash leaves the previous checkpoint intact.
 
-    Everything is safetensors plus JSON, nothing is pickled: ``model.safetensors`` (the weights training
-    changes; the document vectors and index live in the knowledge base), ``optimizer.safetensors`` +
+    Everything is safetensors plus JSON, nothing is pickled: ``model.safetensors`` (the model's weights, or
+    for a LoRA model only what training changes, :func:`trained_tensor_names`; the document vectors and
+    index live in the knowledge base), ``optimizer.safetensors`` +
     ``optimizer.json`` (Adam's moments, and its parameter groups and step counts), ``rng.safetensors`` +
     ``rng.json`` (torch's generator state, a uint8 tensor, and Python's ``random`` state) and
     ``state.json`` (the position in the data order and the training options).
     """
     target = out_dir / CHECKPOINT
     with atomic_dir(target) as tmp:
-        save_weights(rag, tmp / WEIGHTS_FILE)
+        save_weights(rag, tmp / WEIGHTS_FILE, only=trained_tensor_names(rag))
         write_tensors(tmp / OPTIMIZER_FILE, *_split_optimizer_state(optimizer.state_dict()))
         version, internal, gauss = random.getstate()
         write_tensors(tmp / RNG_FILE, {"torch": torch.get_rng_state()},
@@ -117,7 +139,8 @@ def load_checkpoint(out_dir: Path, rag, optimizer) -> TrainState:
     path = out_dir / CHECKPOINT
     if not (path / "state.json").is_file():
         raise InputError(f"no checkpoint to resume from in {out_dir} (expected {path}/state.json)")
-    load_weights(rag, weights_path(path), "the model being trained")
+    lora = has_lora(rag.generator)
+    load_weights(rag, weights_path(path), "the model being trained", required=lora_tensor_names(rag) if lora else None)
     tensors, data = read_tensors(path / OPTIMIZER_FILE, with_data=True)
     try:
         optimizer.load_state_dict(_join_optimizer_state(tensors, data))
