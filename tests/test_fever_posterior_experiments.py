@@ -5,7 +5,6 @@ metrics and run-kind check of the diversity report, on stubs with known values a
 from __future__ import annotations
 
 import json
-import math
 from types import SimpleNamespace
 
 import pytest
@@ -41,7 +40,8 @@ def test_gold_title_overlap_counts_top_1_top_k_and_the_knowledge_base():
     assert got["top1_in_kb"] == 1 / 3 and got["top2_in_kb"] == 2 / 3
     assert gold_title_overlap(retrieved, gold, 1)["top1"] == 1 / 4 and "in_kb" not in gold_title_overlap(
         retrieved, gold, 1)
-    assert math.isnan(gold_title_overlap([["a"]], [[]], 1)["top1"])
+    assert gold_title_overlap([["a"]], [[]], 1)["top1"] is None  # no verifiable claim: JSON null, not NaN
+    assert gold_title_overlap([["a"]], [["b"]], 1, {"a"})["top1_in_kb"] is None
     with pytest.raises(ValueError):
         gold_title_overlap([["a"]], [], 1)
 
@@ -52,7 +52,7 @@ def test_majority_and_two_way_accuracy():
     assert majority_label(["REFUTES", "SUPPORTS"], order) == "SUPPORTS"  # a tie: the first in order
     with pytest.raises(ValueError):
         majority_label([], order)
-    assert accuracy(["a", "b", "c"], ["a", "x", "c"]) == 2 / 3
+    assert accuracy(["a", "b", "c"], ["a", "x", "c"]) == 2 / 3 and accuracy([], []) is None
     rows = [{"golds": ["SUPPORTS"], "label_logprobs": {"SUPPORTS": -2.0, "REFUTES": -3.0, "NOT ENOUGH INFO": -0.1}},
             {"golds": ["REFUTES"], "label_logprobs": {"SUPPORTS": -1.0, "REFUTES": -3.0, "NOT ENOUGH INFO": -0.1}},
             {"golds": ["NOT ENOUGH INFO"], "label_logprobs": {"SUPPORTS": -1.0, "REFUTES": -3.0,

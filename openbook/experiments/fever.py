@@ -41,14 +41,14 @@ def majority_label(labels: Sequence[str], order: Sequence[str]) -> str:
     return max(order, key=lambda name: (counts[name], -order.index(name)))
 
 
-def accuracy(predictions: Sequence[str], golds: Sequence[str]) -> float:
-    """The fraction of predictions equal to their gold label (NaN for none)."""
+def accuracy(predictions: Sequence[str], golds: Sequence[str]) -> float | None:
+    """The fraction of predictions equal to their gold label (None for none: JSON null)."""
     if len(predictions) != len(golds):
         raise ValueError(f"{len(predictions)} predictions for {len(golds)} labels")
-    return sum(p == g for p, g in zip(predictions, golds)) / len(golds) if golds else float("nan")
+    return sum(p == g for p, g in zip(predictions, golds)) / len(golds) if golds else None
 
 
-def two_way_accuracy(rows: Sequence[dict]) -> tuple[float, int]:
+def two_way_accuracy(rows: Sequence[dict]) -> tuple[float | None, int]:
     """``(accuracy, claims)`` of the 2-way task from 3-way evaluation rows (``golds``, ``label_logprobs``):
     the claims whose gold label is SUPPORTS or REFUTES, each predicted as the likelier of the two."""
     kept = [row for row in rows if row["golds"][0] in TWO_WAY]
@@ -84,8 +84,7 @@ def run_fever(runs: dict[str, str], train: str, settings: EvalSettings, out_dir:
     majority2 = majority_label([n for n in train_labels if n in TWO_WAY], TWO_WAY)
     kept = [g for g in golds if g in TWO_WAY]
     scores = {"majority": (accuracy([majority3] * len(golds), golds), accuracy([majority2] * len(kept), kept))}
-    rows = [["majority class", f"{majority3} / {majority2} (training part)", 100.0 * scores["majority"][0],
-             100.0 * scores["majority"][1]]]
+    rows = [["majority class", f"{majority3} / {majority2} (training part)", *map(_percent, scores["majority"])]]
     details, overlap = {"majority": {"fever3": majority3, "fever2": majority2,
                                      "training_labels": dict(Counter(train_labels))}}, None
     for name in (m for m in MODELS if runs.get(m)):
@@ -107,7 +106,7 @@ def run_fever(runs: dict[str, str], train: str, settings: EvalSettings, out_dir:
         overlap = found or overlap
         scores[name] = (report["metrics"]["accuracy"], two_way_accuracy(report["predictions"])[0])
         details[name] = {"run": runs[name], "metrics": report["metrics"], "settings": report["settings"]}
-        rows.append([name, runs[name], 100.0 * scores[name][0], 100.0 * scores[name][1]])
+        rows.append([name, runs[name], *map(_percent, scores[name])])
     names = list(scores)
     bar_plot(Path(out_dir) / "fever_accuracy.png", names,
              {"3-way": [scores[n][0] for n in names], "2-way": [scores[n][1] for n in names]},
@@ -126,6 +125,10 @@ def run_fever(runs: dict[str, str], train: str, settings: EvalSettings, out_dir:
                   ["model", "run", "3-way accuracy (%)", "2-way accuracy (%)"], rows, headline,
                   {"models": details, "train": str(train), "paper": PAPER}, as_json, notes="\n\n".join(notes),
                   settings=settings)
+
+
+def _percent(value: float | None) -> float | str:
+    return "-" if value is None else 100.0 * value
 
 
 def _overlap_notes(overlap: dict, k: int) -> str:

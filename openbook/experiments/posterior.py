@@ -96,8 +96,11 @@ def run_posterior(run: str, question: str | None, out_dir: str | Path, k: int = 
                   "handing_over": sum(hands_over(h, min_moved) for h in found), "chosen": chosen,
                   "candidates": sorted(candidates, key=lambda c: -c["moved"])}
         if chosen < 0:
+            top = search["candidates"][0] if candidates else {"moved": 0.0, "input": "-"}
             finish(out_dir, "RAG-Token hand-over search: no generation hands over", ["inputs"], [[len(inputs)]],
-                   {"chosen": None}, {"search": search}, as_json)
+                   {"chosen": None}, {"search": search}, as_json,
+                   notes=f"No generation's most probable document changes with at least {min_moved} of the posterior "
+                         f"mass moving; the largest: {top['moved']:.3f} ({top['input']!r}).")
             raise InputError(f"none of the {len(inputs)} generations hands over from one document to another by at "
                              f"least {min_moved} of the posterior mass (candidates in {Path(out_dir) / 'report.json'})")
         answer = answers[chosen]

@@ -48,7 +48,7 @@ def normalise_title(title: str) -> str:
 
 
 def gold_title_overlap(retrieved: Sequence[Sequence[str]], gold: Sequence[Sequence[str]], k: int,
-                       kb_titles: set[str] | None = None) -> dict[str, float | int]:
+                       kb_titles: set[str] | None = None) -> dict[str, float | int | None]:
     """How often retrieval finds a gold evidence article (paper 4.4: the top passage is from a gold article
     in 71% of claims, one of the top 10 in 90%).
 
@@ -57,7 +57,7 @@ def gold_title_overlap(retrieved: Sequence[Sequence[str]], gold: Sequence[Sequen
     ``claims`` (verifiable ones), ``top1`` and ``top{k}`` (fractions of them whose top 1 / top k passages
     include a gold article); with ``kb_titles`` (the knowledge base's titles) also ``in_kb`` (the fraction
     whose gold article is in the knowledge base at all), ``claims_in_kb`` and ``top1_in_kb`` /
-    ``top{k}_in_kb`` (the same fractions among those claims). An empty set of claims gives NaN."""
+    ``top{k}_in_kb`` (the same fractions among those claims). A fraction of no claims is None (JSON null)."""
     if len(retrieved) != len(gold):
         raise ValueError(f"{len(retrieved)} retrievals for {len(gold)} claims")
     known = None if kb_titles is None else {normalise_title(t) for t in kb_titles}
@@ -71,10 +71,10 @@ def gold_title_overlap(retrieved: Sequence[Sequence[str]], gold: Sequence[Sequen
         topk.append(any(found))
         inside.append(known is not None and bool(wanted & known))
 
-    def mean(flags: list[bool]) -> float:
-        return sum(flags) / len(flags) if flags else float("nan")
+    def mean(flags: list[bool]) -> float | None:
+        return sum(flags) / len(flags) if flags else None
 
-    out: dict[str, float | int] = {"claims": len(top1), "top1": mean(top1), f"top{k}": mean(topk)}
+    out: dict[str, float | int | None] = {"claims": len(top1), "top1": mean(top1), f"top{k}": mean(topk)}
     if known is not None:
         out.update({"in_kb": mean(inside), "claims_in_kb": sum(inside),
                     "top1_in_kb": mean([f for f, i in zip(top1, inside) if i]),
