@@ -11,10 +11,10 @@
 # Issue 10 item 5 (the paper's Jeopardy, Figure 2 and FEVER experiments on trained runs), one step at a time:
 #   scripts/real_runs.sh split-data                       # runs/data/{jeopardy,fever}-{train,heldout}.jsonl (seconds)
 #   scripts/real_runs.sh jeopardy-train                   # closed-book, RAG-Token, RAG-Sequence (~1 + 12 + 12 min)
-#   scripts/real_runs.sh diversity                        # Table 2 Q-BLEU-1 / BLEU-1 and Table 5 on JN held-out clues
-#   scripts/real_runs.sh posterior                        # Figure 2: the largest hand-over among HN held-out inputs
+#   scripts/real_runs.sh diversity                        # Table 2 Q-BLEU-1 / BLEU-1 and Table 5 on JN clues (~30 min)
+#   scripts/real_runs.sh posterior                        # Figure 2: the largest hand-over among HN inputs (~10 min)
 #   scripts/real_runs.sh fever-train                      # RAG and closed-book on FEVER 3-way (~12 + 1 min)
-#   scripts/real_runs.sh fever                            # Table 2 FEVER accuracies + gold-title overlap, FN claims
+#   scripts/real_runs.sh fever                            # Table 2 FEVER accuracies + gold-title overlap (~15 min)
 # STEPS (default 30) is the number of Adam steps of 4 examples of each item-5 training run.
 #
 # NQ_DATA points at nq-open-oracle.dev-split.jsonl.gz (default: ../shared/data), LEADERS at
@@ -28,7 +28,7 @@ JEOPARDY=${JEOPARDY:-../shared/data/jeopardy.dev-split.jsonl.gz}
 N=${N:-100}
 JN=${JN:-60}      # held-out Jeopardy clues generated per model (of 253; RAG decodes ~10-15 s per clue)
 HN=${HN:-40}      # held-out Jeopardy inputs searched for a hand-over
-FN=${FN:-1200}    # held-out FEVER claims scored (all 1,200)
+FN=${FN:-400}     # held-out FEVER claims scored (of 1,200: FN=1200 scores all, about three times as long)
 STEPS=${STEPS:-30}
 PY=${PY:-.venv/bin/python}
 DOCS=docs/experiments
