@@ -39,7 +39,7 @@ T="--train runs/data/nq-train.jsonl --k 5 --batch-size 4 --lr-generator 1e-4 --l
 timed() { name=$1; shift; echo "== $*"; /usr/bin/time -f "$name: %e s wall, %U s user, %S s sys" "$@"; }
 
 train() {
-    python3 scripts/split_nq_dev.py "$NQ_DATA" runs/data
+    $PY scripts/split_qa_data.py --data-dir "$(dirname "$NQ_DATA")" --out runs/data
     timed seq $OB train --model rag-sequence --learn-scale $T --out runs/seq        # learned retriever
     timed cb $OB train --model closed-book $T --out runs/cb                         # the generator alone
     timed tok $OB train --model rag-token --learn-scale $T --out runs/tok
