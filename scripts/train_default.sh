@@ -5,16 +5,16 @@
 # CuratedTrec (scripts/split_qa_data.py; the held-out fifths are never trained on). Then the adapters and
 # run.json are copied into openbook/data/default/, which `openbook ask`, `RAG.load()` and `make demo` use.
 #
-#   scripts/train_default.sh            # split the data, train (~45 min on 2 CPU cores), ship
+#   scripts/train_default.sh            # split the data, train (~35 min on 2 idle CPU cores), ship
 #   scripts/train_default.sh closed-book  # the closed-book generator with the same recipe (for comparison)
 #
-# DATA points at ../shared/data; STEPS (default 150) is the number of Adam steps of 4 questions.
+# DATA points at ../shared/data; STEPS (default 100) is the number of Adam steps of 4 questions.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 OB=${OB:-.venv/bin/openbook}
 PY=${PY:-.venv/bin/python}
 DATA=${DATA:-../shared/data}
-STEPS=${STEPS:-150}
+STEPS=${STEPS:-100}
 RECIPE="--train runs/data/default-train.jsonl --lora 16 --lr-generator 3e-4 --batch-size 4 --k 5
         --max-steps $STEPS --freeze-retriever --mixed-precision --seed 0 --checkpoint-every 25"
 

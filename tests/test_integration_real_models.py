@@ -41,3 +41,20 @@ def test_real_models_answer_from_the_book_and_follow_a_hot_swap(tmp_path, model)
     swapped = rag.ask([QUESTION], num_beams=2, max_new_tokens=20)[0]
     assert rag.generator is generator
     assert "Okafor" in swapped.answer and "Brenner" not in swapped.answer, swapped.answer
+
+
+@pytest.mark.shipped_default
+def test_the_shipped_default_answers_short_from_the_book(tmp_path):
+    """`openbook ask`'s model: the packaged generator with the shipped LoRA adapters (merged), answering with a
+    few words taken from the passage rather than a copied sentence."""
+    from openbook.data import default_run_path
+    from openbook.models.adapters import has_lora
+    from openbook.rag.assemble import load_model
+
+    assert default_run_path() is not None, "openbook/data/default is missing: run scripts/train_default.sh"
+    rag = load_model(kb=kb_with("Odalys Brenner", tmp_path / "kb"), k=2)
+    assert has_lora(rag.generator)
+    answer = rag.ask([QUESTION], num_beams=1, max_new_tokens=16)[0]
+    assert "Brenner" in answer.answer and len(answer.answer.split()) <= 4, answer.answer
+    untrained = load_model(kb=rag.kb, k=2, untrained=True)
+    assert not has_lora(untrained.generator)

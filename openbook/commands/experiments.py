@@ -217,6 +217,11 @@ def run_hot_swap_command(args: argparse.Namespace) -> int:
     options.quiet_libraries()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
+    if not args.run and not args.untrained and args.generator == "default" and args.encoder in (None, "default"):
+        from openbook.data import default_run_path
+
+        shipped = default_run_path()  # the shipped fine-tuned default, as `openbook ask` uses it
+        args.run = str(shipped) if shipped is not None else None
     if args.run:
         for flag, value in (("--generator", args.generator), ("--encoder", args.encoder)):
             if value not in (None, "default"):
