@@ -10,10 +10,10 @@ CSV = """iso3,country,role,person,person_qid,start,end,party,end_cause
 PER,Peru,head_of_state,Ollanta Humala,Q1,2011-07-28T00:00:00Z,2016-07-28T00:00:00Z,,
 PER,Peru,head_of_state,Pedro Pablo Kuczynski,Q2,2016-07-28T00:00:00Z,2018-03-23T00:00:00Z,,
 PER,Peru,head_of_state,Martín Vizcarra,Q3,2018-03-23T00:00:00Z,2020-11-10T00:00:00Z,,
-FRA,France,head_of_state,François Hollande,Q4,2012-05-15T00:00:00Z,2017-05-14T00:00:00Z,,
-FRA,France,head_of_state,Emmanuel Macron,Q5,2017-05-14T00:00:00Z,,,
-DEU,Germany,head_of_government,Angela Merkel,Q6,2005-11-22T00:00:00Z,2021-12-08T00:00:00Z,,
-XXX,Nowhere,head_of_state,No Date,Q7,,,,
+FRA,França,head_of_state,François Hollande,Q4,2012-05-15T00:00:00Z,2017-05-14T00:00:00Z,,
+FRA,França,head_of_state,Emmanuel Macron,Q5,2017-05-14T00:00:00Z,,,
+DEU,Alemanha,head_of_government,Angela Merkel,Q6,2005-11-22T00:00:00Z,2021-12-08T00:00:00Z,,
+XXX,Nenhures,head_of_state,No Date,Q7,,,,
 """
 
 
@@ -33,6 +33,7 @@ def test_holders_and_changed_offices(tmp_path):
     changed = changed_offices(old, new)
     assert [o.country for o in changed] == ["France", "Peru"]  # Merkel did not change; no-date rows ignored
     assert question(changed[1]) == "Who is the head of state of Peru?"
+    assert question(changed[0]) == "Who is the head of state of France?"  # English, from the ISO code FRA
     assert passages_for(new, "2018")[2].text == "Martín Vizcarra is the head of state of Peru."
 
 
@@ -56,7 +57,7 @@ def test_hot_swap_command_on_tiny_models(tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(models, "load_encoder", lambda name: tiny_encoder())
     monkeypatch.setattr(assemble, "load_generator", lambda name: Seq2SeqGenerator(tiny_bart(vocab_size=len(tok)), tok))
     code = main(["experiments", "hot-swap", "--leaders", str(path), "--out", str(tmp_path / "out"), "--k", "2",
-                 "--max-new-tokens", "3", "--json"])
+                 "--max-new-tokens", "3", "--json", "--untrained"])
     assert code == 0
     acc = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert set(acc) == {"index2016_era2016", "index2016_era2018", "index2018_era2016", "index2018_era2018"}

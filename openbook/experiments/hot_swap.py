@@ -7,6 +7,9 @@ holder of each era. The paper reports 70% / 68% for matched index and era and 12
 
 An answer is correct when it contains the holder's full name (after lower-casing and removing
 punctuation), because a generator may answer in a sentence.
+
+The Wikidata table names countries in Portuguese ("Albânia"); questions and passages use the English
+name of the country's ISO 3166 code (pycountry: "Albania"), as an English-speaking user would ask.
 """
 
 from __future__ import annotations
@@ -31,6 +34,14 @@ class Office:
     role: str  # "head of state" / "head of government"
 
 
+def english_name(iso3: str, fallback: str) -> str:
+    """The common English name of an ISO 3166-1 alpha-3 code ("South Korea" for KOR), else ``fallback``."""
+    import pycountry
+
+    country = pycountry.countries.get(alpha_3=iso3)
+    return fallback if country is None else getattr(country, "common_name", None) or country.name
+
+
 def holders_on(rows: list[dict], date: str) -> dict[Office, str]:
     """The single holder of each office on ``date`` (offices with zero or several holders are left out)."""
     found: dict[Office, set[str]] = {}
@@ -41,7 +52,7 @@ def holders_on(rows: list[dict], date: str) -> dict[Office, str]:
             continue
         end = (r.get("end") or "")[:10] or "9999-12-31"
         if start <= date < end:
-            found.setdefault(Office(r["iso3"], r["country"], role), set()).add(r["person"])
+            found.setdefault(Office(r["iso3"], english_name(r["iso3"], r["country"]), role), set()).add(r["person"])
     return {office: next(iter(people)) for office, people in found.items() if len(people) == 1}
 
 
