@@ -11,7 +11,7 @@ import torch
 from safetensors.torch import load_file
 
 from openbook.errors import InputError
-from openbook.models.adapters import LoraSettings, add_lora, has_lora, lora_tensor_names, merge_lora
+from openbook.models.adapters import LoraSettings, add_lora, has_lora, lora_tensor_names, merge_lora_tensors
 from openbook.models.weights import load_weights, save_weights
 from openbook.rag.closed_book import ClosedBook
 from openbook.train import TrainConfig, train
@@ -87,19 +87,27 @@ def test_partial_weights_must_hold_the_adapters_and_fit_the_model(tmp_path):
         load_weights(ClosedBook(make_generator()), path, required=set())
 
 
-def test_merging_keeps_the_outputs():
-    model = lora_closed_book()
+def test_folding_the_adapters_into_plain_weights_keeps_the_outputs():
+    adapted = lora_closed_book()
     with torch.no_grad():
-        for _, p in model.named_parameters():
-            if "lora_B" in _:
+        for name, p in adapted.named_parameters():
+            if "lora_B" in name:
                 p.normal_(0, 0.5)  # a trained-looking adapter (B is zero at the start)
-        before = float(model.loss(QUESTIONS, ANSWERS))
-        assert merge_lora(model.generator.model) == 14  # 7 linear layers x 2 blocks
-        assert float(model.loss(QUESTIONS, ANSWERS)) == close_to(before, model.generator)
+        before = float(adapted.loss(QUESTIONS, ANSWERS))
+    plain = ClosedBook(make_generator())  # the same base weights (seeded), no peft layers
+    adapters = {k: v for k, v in adapted.state_dict().items() if "lora_" in k}
+    rest = merge_lora_tensors(plain, {**adapters, "other": torch.zeros(1)}, LoraSettings(r=4, alpha=8),
+                              prefix="generator.model.")
+    assert set(rest) == {"other"} and not has_lora(plain)
+    with torch.no_grad():
+        assert float(plain.loss(QUESTIONS, ANSWERS)) == close_to(before, plain.generator)
+    with pytest.raises(InputError, match="do not fit"):  # an adapter missing
+        merge_lora_tensors(ClosedBook(make_generator()), dict(list(adapters.items())[2:]), LoraSettings(r=4, alpha=8),
+                           prefix="generator.model.")
 
 
 def test_a_lora_run_loads_back_as_the_trained_model(tmp_path):
-    from openbook.rag.assemble import load_run
+    from openbook.rag.assemble import load_rag, load_run
 
     gen_dir, enc_dir, kb_dir = save_tiny_models(tmp_path)
     run = train_run(tmp_path, "run", "rag-sequence", gen_dir, enc_dir, kb_dir, "--lora", "4", "--freeze-retriever")
@@ -108,15 +116,16 @@ def test_a_lora_run_loads_back_as_the_trained_model(tmp_path):
     saved = load_file(run / "checkpoint" / "model.safetensors")
     assert saved and all("lora_" in name or name == "log_scale" for name in saved)
     loaded = load_run(run)
-    assert has_lora(loaded.generator)
-    fresh = load_run(run)  # the same run, adapters applied unmerged: the loss of the model as trained
-    for module in fresh.generator.model.modules():
-        if hasattr(module, "unmerge") and getattr(module, "merged", False):
-            module.unmerge()
+    assert not has_lora(loaded.generator)  # folded into plain weights
+    # the model as it was trained: peft's adapter layers over the untrained generator, the checkpoint loaded
+    trained = load_rag(model="rag-sequence", kb=str(kb_dir), generator=str(gen_dir), encoder=str(enc_dir), k=2).eval()
+    add_lora(trained.generator.model, LoraSettings.from_dict(spec["lora"]))
+    load_weights(trained, run / "checkpoint" / "model.safetensors", required=lora_tensor_names(trained))
+    trained.eval()
     untrained = ClosedBook(bart_generator())
     with torch.no_grad():
         loss = float(loaded.loss(QUESTIONS, ANSWERS))
-        assert loss == close_to(float(fresh.loss(QUESTIONS, ANSWERS)), fresh.generator)
+        assert loss == close_to(float(trained.loss(QUESTIONS, ANSWERS)), trained.generator)
         assert loss != close_to(float(untrained.loss(QUESTIONS, ANSWERS)), untrained.generator)
 
 

@@ -7,13 +7,15 @@ starts from the base model exactly). peft's ``inject_adapter_in_model`` adds the
 generator adapter, its prompts and RAG's marginalisation are unchanged; the state dict gains
 ``...lora_A.weight`` / ``...lora_B.weight`` tensors, which are all a LoRA run has to save.
 
-For inference, :func:`merge_lora` folds ``B A`` into ``W`` once, so answering costs what the base model costs.
+For inference, :func:`merge_lora_tensors` folds a checkpoint's ``(alpha / r) B A`` into the plain model's ``W``
+once, without peft, so answering costs what the base model costs.
 """
 
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
+import torch
 from torch import nn
 
 from openbook.errors import InputError
@@ -95,28 +97,34 @@ def lora_parameter_count(model: nn.Module) -> int:
     return sum(p.numel() for name, p in model.named_parameters() if LORA_MARK in name)
 
 
-def merge_lora(model: nn.Module) -> int:
-    """Fold every adapter into its base weight (``W += (alpha / r) B A``) for inference; returns how many
-    layers were merged. The adapters stay (disabled by the merge) so that the weights can still be saved."""
-    from peft.tuners.lora import LoraLayer
-
-    merged = 0
-    for module in model.modules():
-        if isinstance(module, LoraLayer) and not module.merged:
-            module.merge()
-            merged += 1
-    return merged
-
-
-def unload_lora(model: nn.Module) -> nn.Module:
-    """Merge every adapter into its base weight and put the plain base layers back in place of peft's
-    wrappers (what peft's ``merge_and_unload`` does), so that ``model`` saves as an ordinary transformers
-    model with the trained weights. Returns ``model``."""
-    from peft.tuners.lora import LoraLayer
-
-    merge_lora(model)
-    wrapped = [(name, module) for name, module in model.named_modules() if isinstance(module, LoraLayer)]
-    for name, module in wrapped:
-        parent_name, _, child = name.rpartition(".")
-        setattr(model.get_submodule(parent_name) if parent_name else model, child, module.get_base_layer())
-    return model
+def merge_lora_tensors(module: nn.Module, tensors: dict, settings: LoraSettings, prefix: str = "") -> dict:
+    """Fold a LoRA checkpoint's adapters into the plain linear layers of ``module`` (``W += (alpha / r) B A``),
+    without peft: loading the shipped default then costs no peft import and no wrapper layers. ``prefix`` is
+    where the adapted transformers model sits in ``module`` (e.g. ``"generator.model."``); every linear layer
+    that training adapted must have its pair of tensors. Returns the tensors that are not adapters."""
+    pairs: dict[str, dict] = {}
+    rest = {}
+    for name, tensor in tensors.items():
+        part = ".lora_A." if ".lora_A." in name else ".lora_B." if ".lora_B." in name else None
+        if part is None:
+            rest[name] = tensor
+        else:
+            pairs.setdefault(name.split(part)[0], {})[part[-2]] = tensor
+    model = module.get_submodule(prefix.rstrip(".")) if prefix else module
+    targets = settings.target_modules
+    names = _linear_layer_names(model) if targets == "all-linear" else set(targets)
+    output = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
+    expected = {prefix + name for name, m in model.named_modules()
+                if isinstance(m, nn.Linear) and m is not output and name.rsplit(".", 1)[-1] in names}
+    if set(pairs) != expected:
+        odd = sorted(set(pairs) ^ expected)
+        raise InputError(f"the LoRA adapters do not fit the generator: {len(odd)} layer(s) differ, e.g. {odd[0]}")
+    scale = settings.alpha / settings.r
+    with torch.no_grad():
+        for path, ab in pairs.items():
+            linear = module.get_submodule(path)
+            a, b = ab.get("A"), ab.get("B")
+            if a is None or b is None or (b.shape[0], a.shape[1]) != tuple(linear.weight.shape) or a.shape[0] != b.shape[1]:
+                raise InputError(f"the LoRA adapter of {path} is incomplete or has the wrong shape")
+            linear.weight += (scale * (b.float() @ a.float())).to(linear.weight.dtype)
+    return rest

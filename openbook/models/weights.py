@@ -57,15 +57,20 @@ def load_weights(module: torch.nn.Module, path: str | os.PathLike, what: str = "
 
     With ``required``, the file may hold a part of the model (a LoRA run's adapters): it must hold at least
     the tensors named in ``required``, and every tensor in it must be one of the model's, with its shape."""
-    try:
-        if required is None:
+    if required is None:
+        try:
             load_model(module, str(path), strict=True)
-            return
-        tensors = load_file(str(path))
-    except (SafetensorError, OSError) as exc:
-        raise InputError(f"{path} is not a readable safetensors weights file: {_one_line(exc)}") from None
-    except (RuntimeError, ValueError) as exc:  # missing, unexpected or misshapen tensors
-        raise InputError(f"{path} does not fit {what}: {_one_line(exc)}") from None
+        except (SafetensorError, OSError) as exc:
+            raise InputError(f"{path} is not a readable safetensors weights file: {_one_line(exc)}") from None
+        except (RuntimeError, ValueError) as exc:  # missing, unexpected or misshapen tensors
+            raise InputError(f"{path} does not fit {what}: {_one_line(exc)}") from None
+        return
+    load_tensors(module, read_tensors(path), path, what, required)
+
+
+def load_tensors(module: torch.nn.Module, tensors: dict, path, what: str, required: set[str]) -> None:
+    """Load ``tensors`` (read from ``path``) into part of ``module``: they must include ``required``, and each
+    must be one of the module's, with its shape."""
     state = module.state_dict()
     problems = [f"missing {name}" for name in sorted(required - set(tensors))]
     problems += [f"unexpected {name}" for name in sorted(set(tensors) - set(state))]

@@ -26,13 +26,13 @@ from openbook.index import KnowledgeBase
 from openbook.index.kb import FORMAT_VERSION, read_manifest, stored_format_version
 from openbook.index.kb.layout import sha256_file
 from openbook.models import cache_dir, load_causal_lm, load_config, load_encoder, load_seq2seq
-from openbook.models.adapters import LoraSettings, add_lora, lora_tensor_names, merge_lora
+from openbook.models.adapters import LoraSettings, merge_lora_tensors
 from openbook.models.causal import CausalLMGenerator
 from openbook.models.encoders import Encoder
 from openbook.models.generators import Generator, Seq2SeqGenerator
 from openbook.models.hf_rag import is_hf_rag_checkpoint, load_hf_rag
 from openbook.models.loading import GENERATOR_ALIASES
-from openbook.models.weights import load_weights, weights_path
+from openbook.models.weights import load_tensors, load_weights, read_tensors, weights_path
 from openbook.rag.closed_book import ClosedBook
 from openbook.rag.model import RAG
 
@@ -312,10 +312,11 @@ def load_run(run_dir: str | Path, kb=None, **overrides):
     if spec.get("max_context_length"):  # what the run was trained with
         model.generator.max_context_length = int(spec["max_context_length"])
     what = f"the model {run_dir}/{RUN_FILE} describes"
-    if spec.get("lora"):  # the checkpoint holds the adapters (and what else was trained), not the base model
-        add_lora(model.generator.model, LoraSettings.from_dict(spec["lora"]))
-        load_weights(model, weights, what, required=lora_tensor_names(model))
-        merge_lora(model.generator.model)  # answering then costs what the base model costs
+    if spec.get("lora"):  # the checkpoint holds the adapters (and what else was trained), not the base model:
+        # folded into the base weights (answering then costs what the base model costs), the rest loaded
+        rest = merge_lora_tensors(model, read_tensors(weights), LoraSettings.from_dict(spec["lora"]),
+                                  prefix="generator.model.")
+        load_tensors(model, rest, weights, what, required=set())
     else:
         load_weights(model, weights, what)
     return model.eval()
