@@ -157,6 +157,7 @@ def _cmd_task(args: argparse.Namespace) -> int:
         "data": str(args.data),
         "limit": args.limit,
         **({"run": str(args.run)} if args.run else {"generator": args.generator}),  # encoder: the model's, below
+        "dtype": args.dtype,
         **report["settings"],
     }
     json_path, md_path = write_report(report, out)

@@ -93,9 +93,9 @@ def _max_new_tokens(p, default: int | None = None) -> None:
 
 def _dtype(p, default: str = DEFAULT_DTYPE) -> None:
     p.add_argument("--dtype", choices=DTYPES, default=default,
-                   help="the generator's weights and activations: float32, or bfloat16 (about twice as fast where "
-                   "the CPU computes it natively, AVX-512 BF16 or AMX; retrieval and log-probabilities stay float32); "
-                   "auto is bfloat16 on such a CPU, else float32 (default: %(default)s)")
+                   help="the generator's weights and activations: float32, or bfloat16 (faster where the CPU "
+                   "computes it natively, AVX-512 BF16 or AMX: bench/ask_latency.py; retrieval and log-probabilities "
+                   "stay float32); auto is bfloat16 on such a CPU, else float32 (default: %(default)s)")
 
 
 def _batch_size(p) -> None:
