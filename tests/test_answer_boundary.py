@@ -95,3 +95,13 @@ def test_answers_that_end_with_eos_are_left_alone(tmp_path):
     assert answer.answer == raw and trim_truncated(raw) != raw  # trimming would have changed it
     (cut,) = rag.ask(["capital of france"], num_beams=1, max_new_tokens=3)  # the same answer, cut by the limit
     assert cut.truncated and cut.answer == trim_truncated(_untrimmed(rag, cut))
+
+
+def test_closed_book_answers_are_trimmed_the_same_way(tmp_path):
+    from openbook.rag.closed_book import ClosedBook
+
+    closed = ClosedBook(tiny_rag(tmp_path, seed=3).generator)
+    for answer in closed.ask(["who wrote the sun rises", "capital of france"], num_beams=2, max_new_tokens=5,
+                             min_new_tokens=5):
+        raw = _untrimmed(closed, answer)
+        assert answer.truncated and answer.answer == trim_truncated(raw) != raw
