@@ -28,6 +28,7 @@ import resource
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 
 import torch
@@ -95,13 +96,18 @@ def cold_start(question: str, k: int) -> tuple[float, dict]:
     """Seconds from starting ``openbook ask QUESTION --json`` to its answer on stdout, and the answer."""
     env = dict(os.environ, PYTHONUNBUFFERED="1")  # the answer reaches the pipe when it is printed
     command = [sys.executable, "-m", "openbook", "ask", question, "--json", "--k", str(k)]
-    start = time.perf_counter()
-    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
-    first = process.stdout.read(1)  # blocks until the answer is printed
-    printed = time.perf_counter() - start
-    rest, err = process.communicate()
-    if process.returncode != 0 or not first:
-        raise SystemExit(f"`{' '.join(command)}` failed ({process.returncode}): {err.decode(errors='replace')}")
+    # stderr to a file (a progress bar must not fill a pipe nobody reads while we wait on stdout); stdout
+    # unbuffered, as communicate() reads its file descriptor and no byte may wait in a Python buffer
+    with tempfile.TemporaryFile() as err:
+        start = time.perf_counter()
+        process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=err, env=env, bufsize=0)
+        first = process.stdout.read(1)  # blocks until the answer is printed
+        printed = time.perf_counter() - start
+        rest, _ = process.communicate()
+        if process.returncode != 0 or not first:
+            err.seek(0)
+            message = err.read().decode(errors="replace")
+            raise SystemExit(f"`{' '.join(command)}` failed ({process.returncode}): {message}")
     return printed, json.loads(first + rest)
 
 

@@ -23,9 +23,14 @@ from tiny import bart_tokenizer, tiny_bart
     ("The prize was worth 1,5", "The prize was worth"),
     ("It weighs 3.5", "It weighs"),
     ("It costs 3.", "It costs"),  # "3." may be the start of "3.5"
-    ("The war ended in 1945.", "The war ended in"),  # the same ambiguity: nothing after the point is known
+    ("The war ended in 1945.", "The war ended"),  # the same ambiguity: nothing after the point is known
     ("He was born on 8 October 18", "He was born on 8 October"),
-    ("He was born on 8 October 1881, in Du", "He was born on 8 October 1881, in"),
+    ("He was born on 8 October 1881, in Du", "He was born on 8 October 1881"),
+    # words that only lead into what was cut off go too
+    ("The first Nobel Prize in Physics was awarded in 1901 to Wilhelm",
+     "The first Nobel Prize in Physics was awarded in 1901"),
+    ("Wilhelm Röntgen, who was the first to", "Wilhelm Röntgen, who was the first"),
+    ("Wilhelm Röntgen, who was", "Wilhelm Röntgen"),
     # the end of the last complete sentence wins over the words after it
     ("Wilhelm Röntgen. He received 150,78", "Wilhelm Röntgen."),
     ("Paris is the capital of France. It is", "Paris is the capital of France."),
@@ -33,8 +38,8 @@ from tiny import bart_tokenizer, tiny_bart
     ('He said "yes." Then he', 'He said "yes."'),
     ("The answer is 42!", "The answer is 42!"),
     # abbreviations and initials do not end a sentence
-    ("Dr. Smith went to the U.S. in 19", "Dr. Smith went to the U.S. in"),
-    ("J. R. R. Tolkien wrote The Lord of", "J. R. R. Tolkien wrote The Lord"),
+    ("Dr. Smith went to the U.S. in 19", "Dr. Smith went to the U.S."),
+    ("J. R. R. Tolkien wrote The Lord of the", "J. R. R. Tolkien wrote The Lord"),
     # trailing commas, colons and dashes go; a single word is all there is, so it stays
     ("Ernest Hemingway, American novelist:", "Ernest Hemingway, American"),
     ("Pneumonoultramicroscopicsilicovolcanoconiosis", "Pneumonoultramicroscopicsilicovolcanoconiosis"),

@@ -23,6 +23,10 @@ _ABBREVIATIONS = {"mr", "mrs", "ms", "dr", "st", "jr", "sr", "prof", "vs", "etc"
                   "jan", "feb", "mar", "apr", "jun", "jul", "aug", "sep", "sept", "oct", "nov", "dec", "e.g", "i.e",
                   "u.s", "u.k", "c", "ca"}
 _TRAILING = " \t\n,;:-–—/([{\"'“‘«"
+# Words that cannot end an answer cut short: what they introduce was cut off ("awarded in 1901 to").
+_DANGLING = {"a", "an", "the", "to", "of", "in", "on", "at", "by", "for", "with", "from", "into", "and", "or", "but",
+             "nor", "as", "than", "that", "which", "who", "whom", "whose", "where", "when", "is", "was", "were", "are",
+             "be", "been", "his", "her", "its", "their"}
 
 
 def _is_sentence_end(text: str, match: re.Match) -> bool:
@@ -53,7 +57,8 @@ def trim_truncated(text: str) -> str:
 
     The end of the last complete sentence if there is one; else every word but the last (the cut may
     have split it, or a number such as "150,000" or "1.5"), cut before a bracket it never closes, with
-    trailing commas, colons, dashes and open quotes stripped. A single word (nothing whole before it)
+    trailing commas, colons, dashes and open quotes stripped, and words that only lead into what was
+    cut off ("to", "the", "and", "who" ...). A single word (nothing whole before it)
     is kept, without its trailing punctuation."""
     text = text.strip()
     ends = [m.end() for m in _SENTENCE_END.finditer(text) if _is_sentence_end(text, m)]
@@ -66,7 +71,10 @@ def trim_truncated(text: str) -> str:
     bracket = _unclosed_bracket(kept)
     if bracket is not None and kept[:bracket].strip():
         kept = kept[:bracket]
-    return kept.rstrip(_TRAILING) or words[0].rstrip(_TRAILING + ".")
+    kept = kept.rstrip(_TRAILING)
+    while " " in kept and kept.rsplit(" ", 1)[1].lower() in _DANGLING:
+        kept = kept.rsplit(" ", 1)[0].rstrip(_TRAILING)
+    return kept or words[0].rstrip(_TRAILING + ".")
 
 
 def hit_limit(row: list[int], max_new_tokens: int, eos_token_id: int | None, pad_token_id: int | None,
