@@ -138,7 +138,7 @@ def test_defaults_reach_the_rag_layer(stub, capsys):
     code, _, err = run(capsys, "ask", "q?")
     assert code == 0, err
     assert stub.loads == [dict(model=None, kb=None, generator="default", encoder=None)]
-    assert stub.rag.calls == [(["q?"], dict(k=5, num_beams=4, decoding="thorough", max_new_tokens=32))]
+    assert stub.rag.calls == [(["q?"], dict(k=5, num_beams=1, decoding="fast", max_new_tokens=16))]
 
 
 def test_options_reach_the_rag_layer(stub, capsys, tmp_path):
@@ -150,22 +150,22 @@ def test_options_reach_the_rag_layer(stub, capsys, tmp_path):
     )  # fmt: skip
     assert code == 0, err
     assert stub.loads == [dict(model="rag-token", kb=str(tmp_path), generator="facebook/rag-token-nq", encoder="/models/enc")]
-    assert stub.rag.calls == [(["q?"], dict(k=3, num_beams=2, decoding="thorough", max_new_tokens=7))]
+    assert stub.rag.calls == [(["q?"], dict(k=3, num_beams=2, decoding="fast", max_new_tokens=7))]
 
 
-def test_fast_decoding(stub, capsys):
-    code, _, err = run(capsys, "ask", "q?", "--decoding", "fast")
+def test_thorough_decoding(stub, capsys):
+    code, _, err = run(capsys, "ask", "q?", "--decoding", "thorough")
     assert code == 0, err
-    assert stub.rag.calls[0][1]["decoding"] == "fast"
+    assert stub.rag.calls[0][1]["decoding"] == "thorough"
 
 
 def test_decoding_with_rag_token_warns_and_is_ignored(stub, capsys):
-    code, _, err = run(capsys, "ask", "q?", "--model", "rag-token", "--decoding", "fast")
+    code, _, err = run(capsys, "ask", "q?", "--model", "rag-token", "--decoding", "thorough")
     assert code == 0
     assert err.splitlines() == [
-        "openbook: warning: --decoding fast applies to --model rag-sequence only; ignored for rag-token"
+        "openbook: warning: --decoding thorough applies to --model rag-sequence only; ignored for rag-token"
     ]
-    assert stub.rag.calls[0][1]["decoding"] == "thorough"
+    assert stub.rag.calls[0][1]["decoding"] == "fast"
 
 
 def test_snippet_cuts_at_a_word_boundary():
@@ -184,7 +184,7 @@ def test_json_is_one_object_with_the_documented_schema(stub, capsys):
     code, out, err = run(capsys, "ask", "q?", "--json", "--k", "3")
     assert code == 0, err
     record = json.loads(out)  # the whole of stdout is one JSON value
-    assert set(record) == {"question", "answer", "model", "passages"}
+    assert set(record) == {"question", "answer", "model", "truncated", "passages"}
     assert record["question"] == "q?"
     assert record["answer"] == "answer to q?"
     assert record["model"] == "rag-sequence"
@@ -405,7 +405,7 @@ def test_load_model_passes_the_options_to_the_one_loader(monkeypatch):
                                           "--encoder", "e", "--retriever", "bm25", "--k", "3", "--untrained"])
     assert options.load_model(args) == "loaded"
     assert seen == {"model": "rag-token", "kb": "kb", "generator": "g", "encoder": "e", "run": None,
-                    "retriever": "bm25", "k": 3, "untrained": True}
+                    "retriever": "bm25", "k": 3, "untrained": True, "dtype": "auto"}
 
 
 def python(*args):
@@ -446,8 +446,9 @@ def test_ask_run_loads_the_trained_model(monkeypatch, capsys):
     import openbook.rag.assemble as assemble
 
     monkeypatch.setattr(assemble, "load_run", fake_load_run)
-    assert cli.main(["ask", "Who wrote it?", "--run", "runs/x"]) == 0
-    assert cli.main(["ask", "Who wrote it?", "--run", "runs/x", "--model", "rag-sequence", "--kb", "kb2"]) == 0
+    assert cli.main(["ask", "Who wrote it?", "--run", "runs/x", "--dtype", "float32"]) == 0  # a stub has no weights
+    assert cli.main(["ask", "Who wrote it?", "--run", "runs/x", "--model", "rag-sequence", "--kb", "kb2",
+                     "--dtype", "float32"]) == 0
     given = [(run, kb, {key: value for key, value in overrides.items() if value is not None})
              for run, kb, overrides in calls]
     assert given == [("runs/x", None, {}), ("runs/x", "kb2", {"model": "rag-sequence"})]

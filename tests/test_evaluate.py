@@ -397,6 +397,7 @@ def test_cli_eval_task_nq_end_to_end(saved_models, tmp_path, capsys):
     assert summary["task"] == "nq" and summary["n"] == len(NQ) and summary["model"] == "rag-sequence"
     assert set(summary["metrics"]) == {"exact_match", "f1"}
     assert summary["settings"]["data"] == str(data) and summary["settings"]["generator"] == str(gen_dir)
+    assert summary["settings"]["dtype"] == "float32"  # eval's default: the paper's precision
     report = json.loads((out / "report.json").read_text(encoding="utf-8"))
     assert summary["report"] == {"json": str(out / "report.json"), "markdown": str(out / "report.md")}
     assert [row["input"] for row in report["predictions"]] == [r["question"] for r in NQ]

@@ -254,11 +254,11 @@ def test_train_command_max_context_length_is_kept_by_the_run(kb, tmp_path, capsy
 
 
 def test_mixed_precision_warns_without_native_bfloat16(kb, tmp_path, capsys, monkeypatch):
-    import openbook.commands.train as train_command
     from openbook.cli import main
+    from openbook.models import precision
     from test_closed_book import save_tiny_models
 
-    monkeypatch.setattr(train_command, "bf16_hardware", lambda: False)
+    monkeypatch.setattr(precision, "bf16_hardware", lambda: False)
     gen_dir, enc_dir, kb_dir = save_tiny_models(tmp_path)
     data = tmp_path / "train.jsonl"
     data.write_text("\n".join(json.dumps({"input": x, "target": y}) for x, y in EXAMPLES))

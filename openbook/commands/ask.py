@@ -17,7 +17,10 @@ from openbook.commands import options
 from openbook.errors import InputError, OpenbookError, one_line
 
 SNIPPET_CHARS = 160
-DEFAULT_MAX_NEW_TOKENS = 32
+# Interactive defaults for a short-answer model: greedy, Fast decoding (no rescoring pass), 16 new tokens,
+# bfloat16 where the CPU has it. The paper's settings (openbook eval's defaults) are one set of flags away.
+ASK_DEFAULTS = {"beams": 1, "decoding": "fast", "max-new-tokens": 16, "dtype": "auto"}
+PAPER_FLAGS = "--beams 4 --decoding thorough --max-new-tokens 32 --dtype float32"
 
 
 def register(subparsers) -> None:
@@ -35,14 +38,17 @@ def register(subparsers) -> None:
             "examples:\n"
             '  openbook ask "Who got the first Nobel Prize in Physics?"\n'
             '  openbook ask "Who wrote Hamlet?" --model rag-token --k 10 --json\n'
-            "  openbook ask --file questions.txt --json > answers.jsonl"
+            "  openbook ask --file questions.txt --json > answers.jsonl\n\n"
+            "defaults: greedy search, Fast decoding, 16 new tokens, bfloat16 where the CPU computes it natively\n"
+            "(quick short answers). The paper's decoding, as `openbook eval` uses by default:\n"
+            f"  openbook ask \"Who wrote Hamlet?\" {PAPER_FLAGS}"
         ),
     )
     ask.add_argument("question", nargs="?", metavar="QUESTION", help="the question to answer")
     ask.add_argument("--file", metavar="QUESTIONS.txt",
                      help="answer every question in this file, one per line (blank lines skipped; '-' reads stdin)")
     options.add_options(ask, "model", "k", "retriever", "beams", "decoding", "run", "kb", "generator", "untrained", "encoder",
-                        "max-new-tokens", "batch-size")
+                        "max-new-tokens", "dtype", "batch-size", defaults=ASK_DEFAULTS)
     ask.add_argument("--min-new-tokens", type=int, metavar="N", default=0,
                      help="shortest answer, in generator tokens (default: %(default)s)")
     ask.add_argument("--length-penalty", type=float, metavar="X", default=1.0,
@@ -56,17 +62,17 @@ def _cmd_ask(args: argparse.Namespace) -> int:
     if (args.question is None) == (args.file is None):
         args.subparser.error("give exactly one of QUESTION or --file")  # exits with status 2
 
-    decoding = args.decoding or options.DEFAULT_DECODING
-    if args.decoding is not None and args.model not in (None, "rag-sequence"):
+    decoding = args.decoding
+    if args.decoding != ASK_DEFAULTS["decoding"] and args.model not in (None, "rag-sequence"):
         warnings.warn(f"--decoding {args.decoding} applies to --model rag-sequence only; ignored for {args.model}", stacklevel=2)
-        decoding = options.DEFAULT_DECODING
+        decoding = ASK_DEFAULTS["decoding"]
 
     # Read the questions before loading any model, so a wrong path fails in milliseconds.
     numbered = _read_questions(args.file) if args.file is not None else []
 
     rag = options.load_model(args)
     settings = {"k": args.k, "num_beams": args.beams, "decoding": decoding,
-                "max_new_tokens": args.max_new_tokens or DEFAULT_MAX_NEW_TOKENS}
+                "max_new_tokens": args.max_new_tokens}
     if args.k is None:  # the model's own k (5, or the run's)
         del settings["k"]
     if args.min_new_tokens or args.length_penalty != 1.0:  # only pass what differs from the defaults
@@ -141,11 +147,13 @@ def _batches(items: list, size: int) -> Iterator[list]:
 
 
 def answer_record(answer: Any) -> dict:
-    """The JSON form of an answer: ``question``, ``answer``, ``model``, ``passages``."""
+    """The JSON form of an answer: ``question``, ``answer``, ``model``, ``truncated`` (decoding hit the
+    token limit and the answer was cut back to a sensible boundary), ``passages``."""
     return {
         "question": str(answer.question),
         "answer": str(answer.answer),
         "model": str(answer.model),
+        "truncated": bool(getattr(answer, "truncated", False)),
         "passages": [
             {
                 "id": _plain(p.id),
@@ -183,6 +191,8 @@ def snippet(text: str, width: int = SNIPPET_CHARS) -> str:
 
 def _print_answer(answer: Any, out: TextIO) -> None:
     print(answer.answer, file=out)
+    if getattr(answer, "truncated", False):
+        print("(cut short by the token limit: --max-new-tokens N allows a longer answer)", file=out)
     passages = list(answer.passages)
     if not passages:
         return

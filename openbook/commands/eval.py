@@ -77,7 +77,7 @@ def register(subparsers) -> None:
                        help=f"the task: {', '.join(TASK_NAMES)}")
     group.add_argument("--data", metavar="FILE", help="the task's data file (its format: see below)")
     options.add_options(group, "kb", "model", "generator", "untrained", "encoder", "run", "retriever", "k", "beams", "decoding",
-                        "max-new-tokens", "batch-size", closed_book=True)
+                        "max-new-tokens", "dtype", "batch-size", closed_book=True)
     group.add_argument("--limit", type=positive_int, metavar="N", default=None, help="evaluate the first N examples")
     group.add_argument("--out", metavar="DIR", default=None,
                        help="where report.json and report.md go (default: ./eval-TASK)")
@@ -157,6 +157,7 @@ def _cmd_task(args: argparse.Namespace) -> int:
         "data": str(args.data),
         "limit": args.limit,
         **({"run": str(args.run)} if args.run else {"generator": args.generator}),  # encoder: the model's, below
+        "dtype": args.dtype,
         **report["settings"],
     }
     json_path, md_path = write_report(report, out)

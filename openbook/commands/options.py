@@ -16,9 +16,13 @@ MODELS = ("rag-sequence", "rag-token")
 WITH_CLOSED_BOOK = (*MODELS, "closed-book")
 RETRIEVERS = ("dense", "bm25", "hybrid")  # openbook.index.retriever.RETRIEVERS, spelled out: no imports here
 DECODINGS = ("thorough", "fast")
+DTYPES = ("auto", "float32", "bfloat16")  # openbook.models.precision.DTYPES, spelled out: no imports here
 DEFAULT_K = 5  # RAG's own default (RAG(k=5)); a run's k replaces it
+# The paper's decoding (4 beams, Thorough) in float32: the defaults unless a command gives its own
+# (``add_options(..., defaults=...)``; ``openbook ask`` decodes greedily, see openbook/commands/ask.py).
 DEFAULT_BEAMS = 4
 DEFAULT_DECODING = "thorough"
+DEFAULT_DTYPE = "float32"
 DEFAULT_BATCH_SIZE = 8
 
 
@@ -70,20 +74,28 @@ def _retriever(p) -> None:
                    "or the --run's)")
 
 
-def _beams(p) -> None:
-    p.add_argument("--beams", type=positive_int, metavar="N", default=DEFAULT_BEAMS,
+def _beams(p, default: int = DEFAULT_BEAMS) -> None:
+    p.add_argument("--beams", type=positive_int, metavar="N", default=default,
                    help="beam size; 1 is greedy search (default: %(default)s)")
 
 
-def _decoding(p) -> None:
-    p.add_argument("--decoding", choices=DECODINGS, default=None,
+def _decoding(p, default: str = DEFAULT_DECODING) -> None:
+    p.add_argument("--decoding", choices=DECODINGS, default=default,
                    help="RAG-Sequence decoding: 'thorough' rescores every candidate under every passage, 'fast' "
-                   f"treats candidates missing from a passage's beam as probability 0 (default: {DEFAULT_DECODING})")
+                   "treats candidates missing from a passage's beam as probability 0 (default: %(default)s)")
 
 
-def _max_new_tokens(p) -> None:
-    p.add_argument("--max-new-tokens", type=positive_int, metavar="N", default=None,
-                   help="longest answer, in generator tokens (default: 32 for ask, the task's for eval)")
+def _max_new_tokens(p, default: int | None = None) -> None:
+    what = "%(default)s" if default is not None else "the task's"
+    p.add_argument("--max-new-tokens", type=positive_int, metavar="N", default=default,
+                   help=f"longest answer, in generator tokens (default: {what})")
+
+
+def _dtype(p, default: str = DEFAULT_DTYPE) -> None:
+    p.add_argument("--dtype", choices=DTYPES, default=default,
+                   help="the generator's weights and activations: float32, or bfloat16 (faster where the CPU "
+                   "computes it natively, AVX-512 BF16 or AMX: bench/ask_latency.py; retrieval and log-probabilities "
+                   "stay float32); auto is bfloat16 on such a CPU, else float32 (default: %(default)s)")
 
 
 def _batch_size(p) -> None:
@@ -94,16 +106,25 @@ def _batch_size(p) -> None:
 OPTIONS: dict[str, Callable] = {
     "model": _model, "run": _run, "kb": _kb, "generator": _generator, "untrained": _untrained, "encoder": _encoder, "k": _k,
     "retriever": _retriever, "beams": _beams, "decoding": _decoding, "max-new-tokens": _max_new_tokens,
-    "batch-size": _batch_size,
+    "dtype": _dtype, "batch-size": _batch_size,
 }
+PER_COMMAND_DEFAULTS = ("beams", "decoding", "max-new-tokens", "dtype")  # options whose default a command may set
 
 
-def add_options(parser: argparse.ArgumentParser, *names: str, closed_book: bool = False) -> None:
+def add_options(parser: argparse.ArgumentParser, *names: str, closed_book: bool = False,
+                defaults: dict | None = None) -> None:
     """Add the shared options ``names`` (keys of :data:`OPTIONS`) to ``parser``; ``closed_book`` lets
-    ``--model`` also be ``closed-book``."""
+    ``--model`` also be ``closed-book``; ``defaults`` gives this command's own defaults of any of
+    :data:`PER_COMMAND_DEFAULTS` (e.g. ``{"beams": 1}``)."""
+    defaults = dict(defaults or {})
+    unknown = sorted(set(defaults) - set(PER_COMMAND_DEFAULTS) or set(defaults) - set(names))
+    if unknown:
+        raise ValueError(f"no per-command default for option(s) {', '.join(unknown)}")
     for name in names:
         if name == "model":
             _model(parser, closed_book)
+        elif name in defaults:
+            OPTIONS[name](parser, defaults[name])
         else:
             OPTIONS[name](parser)
 
@@ -119,7 +140,7 @@ def quiet_libraries() -> None:
 
 def load_model(args: argparse.Namespace, **options):
     """The model of a command's parsed options (``--model --kb --generator --encoder --run --retriever
-    --k``, those it has): :func:`openbook.rag.assemble.load_model`. Tests replace this function."""
+    --k --untrained --dtype``, those it has): :func:`openbook.rag.assemble.load_model`. Tests replace this function."""
     quiet_libraries()
     # lazy: pulls in torch and transformers
     from openbook.rag.assemble import load_model as build
@@ -127,4 +148,5 @@ def load_model(args: argparse.Namespace, **options):
     return build(model=getattr(args, "model", None), kb=getattr(args, "kb", None),
                  generator=getattr(args, "generator", "default"), encoder=getattr(args, "encoder", None),
                  run=getattr(args, "run", None), retriever=getattr(args, "retriever", None),
-                 k=getattr(args, "k", None), **{"untrained": getattr(args, "untrained", False), **options})
+                 k=getattr(args, "k", None), **{"untrained": getattr(args, "untrained", False),
+                                                 "dtype": getattr(args, "dtype", DEFAULT_DTYPE), **options})

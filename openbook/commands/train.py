@@ -58,14 +58,6 @@ def register(commands) -> None:
     p.set_defaults(handler=run, subparser=p)
 
 
-def bf16_hardware() -> bool:
-    """Whether this CPU computes bfloat16 natively (AVX-512 BF16 or AMX); elsewhere autocast emulates it."""
-    import torch
-
-    checks = [getattr(torch.cpu, name, None) for name in ("_is_avx512_bf16_supported", "_is_amx_tile_supported")]
-    return any(check() for check in checks if check is not None)
-
-
 def read_pairs(path: str, limit: int | None = None) -> list[tuple[str, str, list[str]]]:
     """(input, target, all gold answers) from {input, target} or {question, answers} JSON Lines: the
     generic ``qa`` task's reader, so the same checks and ``file:line`` errors as ``--task qa``."""
@@ -133,7 +125,9 @@ def run(args: argparse.Namespace) -> int:
         evaluate = task_eval(*read_task_pairs(args.task, args.dev, limit=args.dev_limit), k=args.k)
     elif args.dev:
         evaluate = exact_match_eval(read_pairs(args.dev, limit=args.dev_limit), args.k)
-    if args.mixed_precision and not bf16_hardware():
+    from openbook.models import precision
+
+    if args.mixed_precision and not precision.bf16_hardware():
         print("openbook: warning: this CPU has no native bfloat16 (AVX-512 BF16 or AMX); --mixed-precision will "
               "probably be slower than float32", file=sys.stderr)
     lora = None

@@ -32,6 +32,7 @@ from openbook.models.encoders import Encoder
 from openbook.models.generators import Generator, Seq2SeqGenerator
 from openbook.models.hf_rag import is_hf_rag_checkpoint, load_hf_rag
 from openbook.models.loading import GENERATOR_ALIASES
+from openbook.models.precision import TORCH_DTYPES, resolve_dtype
 from openbook.models.weights import load_tensors, load_weights, read_tensors, weights_path
 from openbook.rag.closed_book import ClosedBook
 from openbook.rag.model import RAG
@@ -202,7 +203,7 @@ def _encoder(encoder, kb) -> Encoder:
 
 def load_model(model: str | None = None, kb=None, generator: str = "default", encoder: str | Encoder | None = None,
                run: str | Path | None = None, retriever: str | None = None, k: int | None = None,
-               untrained: bool = False, **options):
+               untrained: bool = False, dtype: str = "float32", **options):
     """The model a command works with, built in one place, in eval mode.
 
     With ``run`` (an ``openbook train --out`` directory): its trained model (:func:`load_run`); ``model``,
@@ -214,7 +215,19 @@ def load_model(model: str | None = None, kb=None, generator: str = "default", en
 
     The offline default generator and encoder (``"default"``) come with openbook's shipped fine-tuned
     adapters (:func:`openbook.data.default_run_path`, a run loaded by :func:`load_run`) unless ``untrained``
-    or ``options`` ask for something the trained run does not have; a closed-book model is never adapted."""
+    or ``options`` ask for something the trained run does not have; a closed-book model is never adapted.
+
+    ``dtype`` (``float32``, ``bfloat16``, or ``auto``: bfloat16 where the CPU computes it natively) is the
+    generator's: its weights are cast after loading (after a run's adapters are merged into them); the
+    query encoder, and so retrieval, stays float32."""
+    dtype = resolve_dtype(dtype)
+    built = _load_model(model, kb, generator, encoder, run, retriever, k, untrained, **options)
+    if dtype != "float32":
+        built.generator.model.to(TORCH_DTYPES[dtype])
+    return built
+
+
+def _load_model(model, kb, generator, encoder, run, retriever, k, untrained: bool, **options):
     if run is None and _shipped_default_applies(model, generator, encoder, untrained, options):
         run = default_run_path()
     if run is not None:

@@ -23,6 +23,7 @@ from torch import nn
 
 from openbook.errors import InputError
 from openbook.models.generators import Contexts, Generator
+from openbook.rag.boundary import answer_texts
 from openbook.rag.decoding import beam_config_for, rag_token_decode
 from openbook.rag.marginal import rag_token_nll
 from openbook.rag.model import Answer, check_decoding_options, check_questions
@@ -131,7 +132,7 @@ class ClosedBook(nn.Module):
                               early_stopping=early_stopping)
         decoded = rag_token_decode(self.generator, memory, torch.zeros((len(questions), 1)), cfg)
         best = decoded.tokens[:, 0]
-        texts = self.generator.decode_tokens(best)
+        texts, truncated = answer_texts(self.generator, best, max_new_tokens)
         tokenizer = self.generator.tokenizer
         answers = []
         for b, question in enumerate(questions):
@@ -139,6 +140,7 @@ class ClosedBook(nn.Module):
             answers.append(Answer(
                 question, texts[b], self.model_type, [],
                 tokens=tokenizer.convert_ids_to_tokens(row) if tokenizer is not None else [],
-                alternatives=self.generator.decode_tokens(decoded.tokens[b, 1:]),
+                alternatives=answer_texts(self.generator, decoded.tokens[b, 1:], max_new_tokens)[0],
+                truncated=truncated[b],
             ))
         return answers

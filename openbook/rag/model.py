@@ -26,6 +26,7 @@ from openbook.index import KnowledgeBase
 from openbook.index.retriever import RETRIEVERS, Retriever, check_k, make_retriever, retrieval_logprobs
 from openbook.models.encoders import Encoder, default_score_scale
 from openbook.models.generators import Generator
+from openbook.rag.boundary import answer_texts
 from openbook.rag.decoding import beam_config_for, rag_sequence_decode, rag_token_decode
 from openbook.rag.marginal import (
     rag_sequence_nll,
@@ -63,12 +64,14 @@ class Answer:
     tokens: list[str] = field(default_factory=list)  # the answer's tokens, as generated
     alternatives: list[str] = field(default_factory=list)  # the next-best hypotheses (n-best), best first
     token_posteriors: list[list[float]] | None = None  # RAG-Token: p(z_t|x,y_<=t) per token, per passage
+    truncated: bool = False  # decoding hit max_new_tokens (no EOS): the text was cut back to a whole word/sentence
 
     def to_dict(self, full: bool = False) -> dict:
         out = {
             "question": self.question,
             "answer": self.answer,
             "model": self.model,
+            "truncated": self.truncated,
             "passages": [
                 {k: v for k, v in asdict(p).items() if full or k != "posterior"} for p in self.passages
             ],
@@ -190,7 +193,8 @@ class RAG(nn.Module):
         """A RAG model from names, in eval mode (:func:`openbook.rag.assemble.load_model`, imported here, not at
         module level, because the loader sits above this module). With no names it is the shipped fine-tuned
         default; ``untrained=True`` gives the packaged generator without its adapters, ``run=DIR`` a training
-        run; ``k``, ``retriever`` and the :class:`RAG` options (``learn_scale``, ``score_scale``) pass through."""
+        run; ``k``, ``retriever``, ``dtype`` (the generator's: ``"float32"``, ``"bfloat16"`` or ``"auto"``) and
+        the :class:`RAG` options (``learn_scale``, ``score_scale``) pass through."""
         from openbook.rag.assemble import load_model
 
         if model == "closed-book":
@@ -270,10 +274,10 @@ class RAG(nn.Module):
             decoded = rag_token_decode(self.generator, memory, prior, cfg)
         else:
             decoded = rag_sequence_decode(self.generator, memory, prior, cfg, decoding)
-        answers = self._answers(questions, retrieval, memory, decoded.tokens[:, 0],
+        answers = self._answers(questions, retrieval, memory, decoded.tokens[:, 0], max_new_tokens,
                                 None if decoded.doc_seq_logprobs is None else decoded.doc_seq_logprobs[:, 0])
         for b, answer in enumerate(answers):
-            answer.alternatives = self.generator.decode_tokens(decoded.tokens[b, 1:])
+            answer.alternatives = answer_texts(self.generator, decoded.tokens[b, 1:], max_new_tokens)[0]
         return answers
 
     def label_logprobs(self, questions: Sequence[str], labels: Sequence[str], k: int | None = None) -> torch.Tensor:
@@ -321,12 +325,13 @@ class RAG(nn.Module):
         marginal = rag_token_marginal(last, retrieval.doc_logprobs.to(last.dtype))  # (B, 1, V)
         return marginal[:, 0, ids]
 
-    def _answers(self, questions, retrieval: Retrieval, memory, tokens: torch.Tensor,
+    def _answers(self, questions, retrieval: Retrieval, memory, tokens: torch.Tensor, max_new_tokens: int,
                  doc_seq_logprobs: torch.Tensor | None = None) -> list[Answer]:
         """Provenance for the chosen answers: p(z|x,y) and, for RAG-Token, the Figure-2 posteriors.
 
         RAG-Sequence decoding already scored the answer under every document (``doc_seq_logprobs``,
-        log p(y|x,z), -inf where Fast decoding assumed zero), so no extra pass is needed for it."""
+        log p(y|x,z), -inf where Fast decoding assumed zero), so no extra pass is needed for it. Answers
+        that hit ``max_new_tokens`` are cut back to a sensible boundary (:mod:`openbook.rag.boundary`)."""
         B, K = retrieval.doc_logprobs.shape
         pad = self.generator.pad_token_id
         mask = tokens.ne(pad)
@@ -339,7 +344,7 @@ class RAG(nn.Module):
             doc_seq_logprobs = (lp * mask[:, None, :]).sum(-1)
             tok_post = token_doc_posterior(lp[..., None], retrieval.doc_logprobs, torch.zeros_like(tokens))
         seq_post = sequence_doc_posterior(doc_seq_logprobs, retrieval.doc_logprobs)
-        texts = self.generator.decode_tokens(tokens)
+        texts, truncated = answer_texts(self.generator, tokens, max_new_tokens)
         answers = []
         for b, question in enumerate(questions):
             n = int(mask[b].sum())
@@ -353,6 +358,7 @@ class RAG(nn.Module):
                 question, texts[b], self.model_type, passages,
                 tokens=self.generator.tokenizer.convert_ids_to_tokens(row) if self.generator.tokenizer else [],
                 token_posteriors=tok_post[b, :n].tolist() if tok_post is not None else None,
+                truncated=truncated[b],
             ))
         return answers
 
