@@ -189,6 +189,25 @@ def test_k_sweep(runs, tmp_path, capsys):
     check_tests_markdown(out, report["tests"])
 
 
+def test_k_sweep_score_scale_flattens_the_prior(runs, tmp_path, capsys):
+    sweeps = {}
+    for name, extra in (("own", ()), ("flat", ("--score-scale", "0.001"))):
+        out = tmp_path / name
+        report = run_experiment(capsys, out, "k-sweep", "--data", runs["dev"], "--run", runs["rag-sequence"],
+                                "--ks", "1,3", "--max-new-tokens", "2", *extra)
+        sweeps[name] = report["headline"]["runs"]["rag-sequence"]
+    own, flat = sweeps["own"], sweeps["flat"]
+    # stored as a float32 log: exp(log) carries the log's rounding, relative to |log 0.001|
+    assert flat["score_scale"] == pytest.approx(0.001, rel=bound(terms=2, dtype="float32", scale=math.log(1000)))
+    assert own["score_scale"] != flat["score_scale"]
+    # a smaller scale is a higher softmax temperature: p(z|x) closer to uniform over the top 3
+    uniform = math.log(3) + bound(terms=3, dtype="float32", scale=math.log(3))
+    assert own["prior_entropy"]["3"] < flat["prior_entropy"]["3"] <= uniform
+    assert flat["prior_max"]["3"] < own["prior_max"]["3"]
+    assert own["answer_recall"] == flat["answer_recall"]  # the ranking does not change
+    assert "(set for this sweep)" in (tmp_path / "flat" / "report.md").read_text()
+
+
 def test_k_sweep_runs_the_shipped_default_without_run(runs, shipped, tmp_path, capsys):
     out = tmp_path / "f3-default"
     report = run_experiment(capsys, out, "k-sweep", "--data", runs["dev"], "--ks", "1,2", "--limit", "2",
@@ -224,6 +243,9 @@ def test_diversity(runs, tmp_path, capsys):
 
 
 def test_experiment_usage_errors(runs, tmp_path, capsys):
+    code = main(["experiments", "k-sweep", "--data", runs["dev"], "--run", runs["rag-sequence"], "--score-scale",
+                 "-1", "--out", str(tmp_path / "z")])
+    assert code != 0 and "score scale must be a positive number" in capsys.readouterr().err
     code = main(["experiments", "closed-book-vs-rag", "--data", runs["dev"], "--out", str(tmp_path / "x")])
     assert code == 2 and "give at least one of" in capsys.readouterr().err
     code = main(["experiments", "ablation", "--data", runs["dev"], "--learned", str(tmp_path / "missing"),

@@ -86,6 +86,8 @@ def _register_paper_experiments(group) -> None:
                    help="comma-separated test-time k (default: %(default)s)")
     p.add_argument("--model", choices=("rag-sequence", "rag-token"), default="rag-sequence",
                    help="the kind of 'default' runs (default: %(default)s)")
+    p.add_argument("--score-scale", type=float, metavar="S", help="multiply the retrieval scores by S in p(z|x) "
+                   "instead of each run's own scale (smaller: a flatter prior over the top k)")
     p = _experiment(group, "posterior", "RAG-Token per-token document posterior heat map (Figure 2)",
                     "Generate with RAG-Token and plot p(z_i|x, y_i, y_<i) per token and document (paper Figure 2).",
                     _posterior, data=False)
@@ -141,7 +143,8 @@ def _k_sweep(args: argparse.Namespace) -> int:
     from openbook.experiments.k_sweep import run_k_sweep
 
     args.k = None
-    return run_k_sweep(args.run or ["default"], args.ks, _settings(args), args.out, args.json, model=args.model)
+    return run_k_sweep(args.run or ["default"], args.ks, _settings(args), args.out, args.json, model=args.model,
+                       score_scale=args.score_scale)
 
 
 def _posterior(args: argparse.Namespace) -> int:

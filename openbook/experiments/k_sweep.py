@@ -6,7 +6,9 @@ RAG-Sequence and peaking at k = 10 for RAG-Token, and recall rising with k.
 Where exact match stops following recall, the report shows why: the exact match on the questions whose
 top k holds an answer (can the generator use the extra passages?), and how spread the document prior
 p(z|x) over the top k is -- its mean entropy (nats; log k if uniform) and mean largest probability. A
-nearly one-hot p(z|x) (a large score scale) leaves RAG-Sequence with the top passage alone whatever k is.
+nearly one-hot p(z|x) (a large score scale) leaves RAG-Sequence with the top passage alone whatever k is;
+``score_scale`` replaces the scale of the runs' p(z|x) at test time, to measure the sweep under a flatter or
+a sharper prior than the one they were trained with.
 
 Generation is run once per k (p(z|x) is a softmax over the top k, so it changes with k); retrieval runs
 once per run at the largest k, and recall@k for smaller k reads the top of that ranking."""
@@ -54,22 +56,31 @@ def _comparisons(ks: list[int]) -> list[tuple[int, int]]:
 
 
 def run_k_sweep(runs: list[str], ks: list[int], settings: EvalSettings, out_dir: str | Path,
-                as_json: bool = False, model: str = "rag-sequence") -> int:
+                as_json: bool = False, model: str = "rag-sequence", score_scale: float | None = None) -> int:
     """``runs``: run directories or ``"default"`` (the shipped default, else the untrained default
-    ``model``); ``ks``: test-time k."""
+    ``model``); ``ks``: test-time k; ``score_scale``: the multiplier of the retrieval scores in p(z|x)
+    (default: each run's own)."""
     if not runs or not ks:
         raise ValueError("give at least one run and one k")
+    if score_scale is not None and not (math.isfinite(score_scale) and score_scale > 0):
+        raise InputError(f"the score scale must be a positive number, got {score_scale}")
     ks = sorted(set(ks))
     task, examples = read_examples(settings)
-    rows, exact, recall, largest, details, tests = [], {}, {}, {}, {}, []
+    rows, exact, recall, largest, details, tests, scales = [], {}, {}, {}, {}, [], {}
     for i, run in enumerate(runs, 1):
 
         def sweep(rag, i=i, run=run):
             if not hasattr(rag, "retrieve"):
                 raise InputError(f"{run} is a closed-book run: the k-sweep varies the retrieved passages")
             label = f"{i}:{rag.model_type}" if len(runs) > 1 else rag.model_type
+            if score_scale is not None:
+                import torch
+
+                with torch.no_grad():
+                    rag.log_scale.fill_(math.log(score_scale))
             hits = answer_hits(rag, examples, ks[-1], settings.batch_size)
             reports = {k: evaluate_model(rag, task, examples, settings, out_dir, f"{label}-k{k}", k=k) for k in ks}
+            scales[label] = rag.score_scale.item() if rag.retriever.scaled else 1.0
             return label, hits, reports
 
         label, hits, reports = with_model(run, model, settings, sweep)
@@ -82,7 +93,7 @@ def run_k_sweep(runs: list[str], ks: list[int], settings: EvalSettings, out_dir:
                   "-" if where_found[k] is None else 100.0 * where_found[k], spread[k][0], spread[k][1]] for k in ks]
         exact[label], recall[label] = [scores[k] for k in ks], [recalls[k] for k in ks]
         largest[label] = [spread[k][1] for k in ks]
-        details[label] = {"run": run, "exact_match": {str(k): scores[k] for k in ks},
+        details[label] = {"run": run, "score_scale": scales[label], "exact_match": {str(k): scores[k] for k in ks},
                           "answer_recall": {str(k): recalls[k] for k in ks},
                           "exact_match_where_answer_retrieved": {str(k): where_found[k] for k in ks},
                           "prior_entropy": {str(k): spread[k][0] for k in ks},
@@ -103,5 +114,8 @@ def run_k_sweep(runs: list[str], ks: list[int], settings: EvalSettings, out_dir:
                   {"ks": ks, "runs": details, "n": len(examples)}, {}, as_json,
                   notes="Paper (NQ dev, Figure 3): RAG-Sequence exact match rises monotonically with k, RAG-Token "
                         "peaks at k = 10; answer recall rises with k. The entropy of p(z|x) is log k for a "
-                        "uniform prior over the top k and 0 for a one-hot one.",
+                        "uniform prior over the top k and 0 for a one-hot one. Score scale of p(z|x) (the "
+                        "multiplier of the retrieval scores; 1 where the retriever's scores are used as they "
+                        "are): " + ", ".join(f"{label} {scale:.4g}" for label, scale in scales.items())
+                        + (" (set for this sweep)." if score_scale is not None else " (the runs' own)."),
                   settings=settings, tests=tests)

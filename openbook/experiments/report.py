@@ -172,12 +172,15 @@ def tests_markdown(tests: Sequence[dict]) -> str:
              "-" if t["a_only"] is None else f"{t['a_only']} / {t['b_only']}", "yes" if t["significant"] else "no"]
             for t in tests]
     said = lambda t: f"{t['a']} vs {t['b']} ({t['metric']}, {100 * t['diff']:+.1f} points)"  # noqa: E731
-    yes, no = [said(t) for t in tests if t["significant"]], [said(t) for t in tests if not t["significant"]]
+    yes = [said(t) for t in tests if t["significant"]]
+    no = [said(t) for t in tests if not t["significant"] and t["diff"] != 0]
+    same = [f"{t['a']} vs {t['b']} ({t['metric']})" for t in tests if t["diff"] == 0]
     text = (f"Paired tests on the same {tests[0]['n']} questions: the paired bootstrap (Koehn 2004; "
             f"Berg-Kirkpatrick et al. 2012; {tests[0]['bootstrap_samples']:,} resamples, seed 0; 95% percentile "
             "interval of A - B, two-sided p) and, for 0/1 scores, McNemar's exact test on the questions exactly "
             f"one system gets right. A difference is called significant when every applicable test gives "
-            f"p < {ALPHA}. Significant: {'; '.join(yes) or 'none'}. Not significant: {'; '.join(no) or 'none'}.")
+            f"p < {ALPHA}. Significant: {'; '.join(yes) or 'none'}. Not significant: {'; '.join(no) or 'none'}."
+            + (f" Equal means: {'; '.join(same)}." if same else ""))
     return "## Paired significance tests\n\n" + markdown_table(headers, rows) + "\n\n" + text
 
 
