@@ -251,3 +251,25 @@ def test_experiment_usage_errors(runs, tmp_path, capsys):
     code = main(["experiments", "ablation", "--data", runs["dev"], "--learned", str(tmp_path / "missing"),
                  "--out", str(tmp_path / "y")])
     assert code == 2 and "not a run directory" in capsys.readouterr().err
+
+
+def test_trained_with_reads_the_run_record(tmp_path, monkeypatch):
+    import openbook.data
+    from openbook.errors import InputError
+    from openbook.experiments.ablation import trained_with, training_note
+
+    def run(name: str, **spec) -> str:
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "run.json").write_text(json.dumps({"generator": "g", "encoder": "e", **spec}))
+        return str(tmp_path / name)
+
+    assert trained_with(run("frozen", model="rag-token", freeze_retriever=True)) == "frozen"
+    assert trained_with(run("learned", model="rag-sequence", freeze_retriever=False)) == "learned"
+    assert trained_with(run("hybrid", model="rag-sequence", retriever="hybrid", freeze_retriever=True)) == "hybrid"
+    assert trained_with(run("old", model="rag-sequence")) == "dense"  # before run.json recorded freezing
+    monkeypatch.setattr(openbook.data, "default_run_path", lambda: None)
+    assert trained_with("default") == "untrained"  # no shipped default: the untrained generator
+    assert training_note("bm25", "untrained") == "untrained generator"
+    assert training_note("bm25", "frozen") == "decoded only (trained frozen)"
+    with pytest.raises(InputError, match="closed-book run"):
+        trained_with(run("cb", model="closed-book"))

@@ -54,6 +54,13 @@ def trained_with(run: str) -> str:
     return "frozen" if spec["freeze_retriever"] else "learned"
 
 
+def training_note(system: str, trained: str) -> str:
+    """The report's word on how the model of ``system`` (bm25, frozen, learned) relates to its retriever."""
+    if trained == "untrained":
+        return "untrained generator"
+    return "trained with it" if trained == system else f"decoded only (trained {trained})"
+
+
 def run_ablation(runs: dict[str, str], settings: EvalSettings, out_dir: str | Path, as_json: bool = False,
                  model: str = "rag-sequence") -> int:
     """``runs``: ``bm25`` / ``frozen`` / ``learned`` -> run directory or ``"default"`` (the shipped default,
@@ -76,7 +83,7 @@ def run_ablation(runs: dict[str, str], settings: EvalSettings, out_dir: str | Pa
         scores[name] = {"exact_match": question_scores(report, "exact_match"),
                         recall_name: [float(any(row[:RECALL_K])) for row in hits]}
         em = report["metrics"].get("exact_match")
-        how = "trained with it" if trained == name else f"decoded only (trained {trained})"
+        how = training_note(name, trained)
         headline[name] = {"exact_match": em, recall_name: recall}
         details[name] = {"run": runs[name], "model": kind, "retriever": retriever, "trained_with": trained,
                          "metrics": report["metrics"]}
