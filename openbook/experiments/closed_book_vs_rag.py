@@ -10,10 +10,9 @@ from pathlib import Path
 from openbook.experiments.report import (
     EvalSettings,
     bar_plot,
+    compare_evaluations,
     evaluate_model,
     finish,
-    paired_test,
-    question_scores,
     read_examples,
     with_model,
 )
@@ -27,20 +26,20 @@ def run_closed_book_vs_rag(runs: dict[str, str], settings: EvalSettings, out_dir
                            as_json: bool = False) -> int:
     """``runs``: model kind (:data:`MODELS`) -> run directory or ``"default"``; any subset."""
     task, examples = read_examples(settings)
-    rows, headline, evaluations, scores = [], {}, {}, {}
+    rows, headline, evaluations, reports = [], {}, {}, {}
     for kind in (m for m in MODELS if runs.get(m)):
         report = with_model(runs[kind], kind, settings,
                             lambda model, kind=kind: evaluate_model(model, task, examples, settings, out_dir, kind))
         metric = report["metrics"].get(METRIC)
         headline[kind] = metric
-        scores[kind] = question_scores(report, METRIC)
+        reports[kind] = report
         evaluations[kind] = {"run": runs[kind], "metrics": report["metrics"], "settings": report["settings"]}
         rows.append([kind, runs[kind], 100.0 * metric, 100.0 * PAPER_NQ[kind], report["n"]])
     if not rows:
         raise ValueError("no model given")
-    closed = scores.get("closed-book")
-    tests = [paired_test(kind, "closed-book", METRIC, scores[kind], closed) for kind in MODELS[1:]
-             if closed is not None and scores.get(kind) is not None]
+    tests = [compare_evaluations(kind, "closed-book", reports, METRIC) for kind in MODELS[1:]
+             if kind in reports and "closed-book" in reports]
+    tests = [t for t in tests if t is not None]
     bar_plot(Path(out_dir) / "exact_match.png", [r[0] for r in rows], {"exact match": [headline[r[0]] for r in rows]},
              f"Closed-book vs RAG: exact match on {len(examples)} {task.name} questions")
     return finish(out_dir, "Closed-book vs RAG (paper Table 1)",

@@ -154,6 +154,13 @@ def paired_test(a: str, b: str, metric: str, a_scores: Sequence[float], b_scores
             "significant": significant([boot.p_value, p_mcnemar], ALPHA)}
 
 
+def compare_evaluations(a: str, b: str, reports: dict[str, dict], metric: str) -> dict | None:
+    """:func:`paired_test` of the evaluations ``reports[a]`` and ``reports[b]`` (:func:`evaluate_model`, the
+    same questions) on ``metric``; None if either has no per-question ``metric``."""
+    a_scores, b_scores = question_scores(reports[a], metric), question_scores(reports[b], metric)
+    return None if a_scores is None or b_scores is None else paired_test(a, b, metric, a_scores, b_scores)
+
+
 def _p(value: float | None, samples: int | None = None) -> str:
     if value is None:
         return "-"
