@@ -14,7 +14,12 @@ training; nothing held out is ever trained on. Writes, into OUT_DIR:
   ``{question, answers}`` (CuratedTrec's regex turned into a plain answer by
   :func:`openbook.eval.tasks.qa.regex_target`): every NQ training question and the first half as many from
   each of the other two, so that NQ (whose answers the demo knowledge base holds) is half of the mixture and
-  the noisier WebQuestions answers (Freebase lists) and CuratedTrec regexes a quarter each.
+  the noisier WebQuestions answers (Freebase lists) and CuratedTrec regexes a quarter each;
+* ``jeopardy-train.jsonl`` / ``jeopardy-heldout.jsonl`` -- Jeopardy question generation (paper Tables 2 and 5),
+  the records unchanged (``{context: "CATEGORY: clue", continuation: answer, category}``), read by
+  ``--task jeopardy``;
+* ``fever-train.jsonl`` / ``fever-heldout.jsonl`` -- the FEVER claims, the official records unchanged (with
+  their evidence titles), read by ``--task fever3`` / ``fever2``.
 
 Usage: python scripts/split_qa_data.py [--data-dir ../shared/data] [--out runs/data]
 """
@@ -69,6 +74,13 @@ def main(argv=None) -> None:
     for name, lines in (("train", ct_train), ("heldout", ct_heldout)):
         (out / f"curatedtrec-{name}.tsv").write_text("\n".join(lines) + "\n", encoding="utf-8")
         print(f"{out / f'curatedtrec-{name}.tsv'}: {len(lines)} questions")
+
+    for name, source in (("jeopardy", "jeopardy.dev-split.jsonl.gz"), ("fever", "fever.paper_dev.dev-split.jsonl.gz")):
+        with gzip.open(data / source, "rt", encoding="utf-8") as fh:
+            records = [line for line in fh.read().splitlines() if line.strip()]
+        for part, lines in zip(("train", "heldout"), split(records)):
+            (out / f"{name}-{part}.jsonl").write_text("\n".join(lines) + "\n", encoding="utf-8")
+            print(f"{out / f'{name}-{part}.jsonl'}: {len(lines)} records")
 
     wq = [{"question": r["qText"], "answers": r["answers"]} for r in wq_train]
     ct = [{"question": q, "answers": [regex_target(rx)]} for q, rx in

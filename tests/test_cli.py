@@ -402,10 +402,10 @@ def test_load_model_passes_the_options_to_the_one_loader(monkeypatch):
     monkeypatch.setitem(sys.modules, "openbook.rag.assemble", types.SimpleNamespace(load_model=fake_build))
     monkeypatch.setattr(options, "quiet_libraries", lambda: None)
     args = cli.build_parser().parse_args(["ask", "q?", "--model", "rag-token", "--kb", "kb", "--generator", "g",
-                                          "--encoder", "e", "--retriever", "bm25", "--k", "3"])
+                                          "--encoder", "e", "--retriever", "bm25", "--k", "3", "--untrained"])
     assert options.load_model(args) == "loaded"
     assert seen == {"model": "rag-token", "kb": "kb", "generator": "g", "encoder": "e", "run": None,
-                    "retriever": "bm25", "k": 3}
+                    "retriever": "bm25", "k": 3, "untrained": True}
 
 
 def python(*args):

@@ -75,6 +75,7 @@ CASES = [  # generator, query encoder, model, extra training options
     ("bart", "dpr", "rag-token", ()),
     ("t5", "dpr-proj", "rag-sequence", ("--learn-scale",)),
     ("t5", "bert", "rag-token", ("--learn-scale",)),
+    ("bart", "dpr", "rag-sequence", ("--lora", "4", "--freeze-retriever")),  # adapters folded into BART's weights
 ]
 
 

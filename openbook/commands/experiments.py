@@ -2,12 +2,14 @@
 
 hot-swap (4.5) builds its own knowledge bases; the others evaluate trained runs (`openbook train --out`
 directories), so one training budget serves several experiments: closed-book-vs-rag (Table 1), ablation
-(Table 6), k-sweep (Figure 3), posterior (Figure 2), diversity (Table 5)."""
+(Table 6), k-sweep (Figure 3), posterior (Figure 2), diversity (Table 5 with Table 2's Jeopardy scores), fever
+(Table 2's FEVER accuracies and section 4.4's gold-title overlap)."""
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 from pathlib import Path
 
@@ -60,6 +62,8 @@ def _experiment(group, name: str, help: str, description: str, handler, data: bo
 
 
 def _register_paper_experiments(group) -> None:
+    from openbook.experiments.posterior import MIN_MOVED
+
     p = _experiment(group, "closed-book-vs-rag", "exact match of closed-book, RAG-Sequence, RAG-Token (Table 1)",
                     "Exact match of the generator alone and of RAG on the same dev questions (paper Table 1).",
                     _closed_book_vs_rag)
@@ -92,7 +96,16 @@ def _register_paper_experiments(group) -> None:
                     "Generate with RAG-Token and plot p(z_i|x, y_i, y_<i) per token and document (paper Figure 2).",
                     _posterior, data=False)
     p.add_argument("--run", required=True, metavar="RUN", help=RUN_HELP + " (decoded as RAG-Token)")
-    p.add_argument("--question", required=True, help="the input x")
+    given = p.add_mutually_exclusive_group(required=True)
+    given.add_argument("--question", help="the input x")
+    given.add_argument("--inputs", metavar="FILE", help="find a hand-over: decode the inputs of FILE (read by "
+                       "--task) and show the generation whose document posterior moves most between two tokens "
+                       "with different most probable documents")
+    p.add_argument("--task", default="jeopardy", help="task reading --inputs (default: %(default)s)")
+    p.add_argument("--min-moved", type=_fraction, default=MIN_MOVED, metavar="P",
+                   help="with --inputs: the least posterior mass a hand-over moves (default: %(default)s)")
+    p.add_argument("--limit", type=positive_int, metavar="N", help="first N inputs of --inputs only")
+    options.add_options(p, "batch-size")
     p.add_argument("--k", type=positive_int, default=5, help="documents (default: %(default)s)")
     p.add_argument("--max-new-tokens", type=positive_int, default=16, metavar="N", help="longest answer (default: 16)")
     p = _experiment(group, "diversity", "distinct/total trigrams of the generations (Table 5)",
@@ -100,6 +113,29 @@ def _register_paper_experiments(group) -> None:
                     "(paper Table 5; the paper's setting is --task jeopardy).", _diversity)
     _model_runs(p)
     p.add_argument("--k", type=positive_int, help="passages per question (default: each run's own k)")
+    p = _experiment(group, "fever", "FEVER 3-way / 2-way label accuracy and gold-title overlap (Table 2)",
+                    "Label accuracy of RAG, the closed-book generator and the training part's majority class on "
+                    "held-out FEVER claims, 3-way and 2-way, and how often RAG's top passages come from a gold "
+                    "evidence article (paper Table 2 and section 4.4).", _fever, data=False)
+    p.add_argument("--data", required=True, metavar="FILE", help="held-out FEVER claims (official JSON Lines)")
+    p.add_argument("--train", required=True, metavar="FILE", help="the training part (its majority class)")
+    p.add_argument("--rag", metavar="RUN", help="a RAG run trained with --task fever3; " + RUN_HELP)
+    p.add_argument("--closed-book", metavar="RUN", help="a closed-book run trained with --task fever3; " + RUN_HELP)
+    p.add_argument("--limit", type=positive_int, metavar="N", help="first N held-out claims only")
+    options.add_options(p, "batch-size")
+    p.add_argument("--k", type=positive_int, help="passages per claim (default: each run's own k)")
+    p.add_argument("--overlap-k", type=positive_int, default=10, metavar="K",
+                   help="passages checked for a gold article (default: %(default)s, the paper's)")
+
+
+def _fraction(value: str) -> float:
+    try:
+        number = float(value)
+    except ValueError:
+        number = math.nan
+    if not 0.0 <= number <= 1.0:
+        raise argparse.ArgumentTypeError(f"expected a number from 0 to 1, got {value!r}")
+    return number
 
 
 def _model_runs(p) -> None:
@@ -151,8 +187,26 @@ def _posterior(args: argparse.Namespace) -> int:
     from openbook.experiments.posterior import run_posterior
 
     options.quiet_libraries()
+    inputs = None
+    if args.inputs:
+        from openbook.experiments.report import EvalSettings, read_examples
+
+        _, examples = read_examples(EvalSettings(data=args.inputs, task=args.task, limit=args.limit))
+        inputs = [ex.input for ex in examples]
     return run_posterior(args.run, args.question, args.out, k=args.k, beams=args.beams,
-                         max_new_tokens=args.max_new_tokens, kb=args.kb, as_json=args.json)
+                         max_new_tokens=args.max_new_tokens, kb=args.kb, as_json=args.json, inputs=inputs,
+                         batch_size=args.batch_size, min_moved=args.min_moved)
+
+
+def _fever(args: argparse.Namespace) -> int:
+    from openbook.experiments.fever import MODELS, run_fever
+    from openbook.experiments.report import EvalSettings
+
+    runs = _given(args, MODELS)
+    options.quiet_libraries()
+    settings = EvalSettings(data=args.data, task="fever3", limit=args.limit, batch_size=args.batch_size,
+                            beams=args.beams, kb=args.kb, k=args.k)
+    return run_fever(runs, args.train, settings, args.out, args.json, overlap_k=args.overlap_k)
 
 
 def _diversity(args: argparse.Namespace) -> int:

@@ -123,6 +123,13 @@ def with_model(run: str, model: str, settings: EvalSettings, use, **load_options
         gc.collect()
 
 
+def require_kind(model, kinds: Sequence[str], run: str, flag: str) -> None:
+    """An InputError unless the loaded ``model`` (of ``run``, given as ``flag``) is of one of ``kinds``: a
+    run trained as RAG-Sequence must not be reported as RAG-Token or closed-book."""
+    if model.model_type not in kinds:
+        raise InputError(f"{flag} {run}: a {model.model_type} run; {flag} takes a {' or '.join(kinds)} run")
+
+
 def slug(label: str) -> str:
     return "".join(c if c.isalnum() or c in "-_." else "-" for c in label).strip("-") or "model"
 

@@ -106,3 +106,17 @@ def merge_lora(model: nn.Module) -> int:
             module.merge()
             merged += 1
     return merged
+
+
+def unload_lora(model: nn.Module) -> nn.Module:
+    """Merge every adapter into its base weight and put the plain base layers back in place of peft's
+    wrappers (what peft's ``merge_and_unload`` does), so that ``model`` saves as an ordinary transformers
+    model with the trained weights. Returns ``model``."""
+    from peft.tuners.lora import LoraLayer
+
+    merge_lora(model)
+    wrapped = [(name, module) for name, module in model.named_modules() if isinstance(module, LoraLayer)]
+    for name, module in wrapped:
+        parent_name, _, child = name.rpartition(".")
+        setattr(model.get_submodule(parent_name) if parent_name else model, child, module.get_base_layer())
+    return model

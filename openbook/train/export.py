@@ -64,6 +64,7 @@ def export_transformers(rag, out_dir: str | os.PathLike, *, force: bool = False,
     (``out_dir`` as in :func:`export_run`)."""
     from transformers import RagConfig, RagSequenceForGeneration, RagTokenForGeneration, RagTokenizer
 
+    from openbook.models.adapters import has_lora, unload_lora
     from openbook.models.loading import quiet_loading
     from openbook.rag.model import RAG
 
@@ -76,6 +77,8 @@ def export_transformers(rag, out_dir: str | os.PathLike, *, force: bool = False,
                          "an encoder-decoder (BART, T5): train with such a --generator to export")
     if rag.retriever.name != "dense":
         raise InputError(f"a {rag.retriever.name} run has no dense retriever to export as a question encoder")
+    if has_lora(generator):  # a LoRA run: its adapters are folded into plain transformers weights
+        unload_lora(generator.model)
     question_encoder = dpr_question_encoder(rag.query_encoder, float(rag.score_scale.detach()))
     config = RagConfig.from_question_encoder_generator_configs(
         question_encoder.config, generator.model.config, n_docs=rag.k, max_combined_length=generator.max_context_length,
