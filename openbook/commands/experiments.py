@@ -40,7 +40,8 @@ def register(commands) -> None:
 
 
 HOT_SWAP_MAX_NEW_TOKENS = 24
-RUN_HELP = "a run directory from `openbook train --out`, or 'default' (the untrained offline default models)"
+RUN_HELP = ("a run directory from `openbook train --out`, or 'default' (the shipped fine-tuned default; "
+            "the untrained offline default models if none is shipped)")
 
 
 def _experiment(group, name: str, help: str, description: str, handler, data: bool = True):
@@ -50,7 +51,7 @@ def _experiment(group, name: str, help: str, description: str, handler, data: bo
     if data:
         p.add_argument("--data", required=True, metavar="FILE", help="dev examples (e.g. NQ-open dev JSONL)")
         p.add_argument("--task", default="nq", help="task reading --data and scoring (default: %(default)s)")
-        p.add_argument("--limit", type=positive_int, metavar="N", help="first N dev examples only")
+        p.add_argument("--limit", type=positive_int, metavar="N", help="first N dev examples only (default: all)")
         options.add_options(p, "batch-size", "max-new-tokens", "decoding")
     # The reports in docs/experiments decode greedily (--beams 1, fast on a CPU: scripts/real_runs.sh).
     options.add_options(p, "beams", "kb")
@@ -69,21 +70,28 @@ def _register_paper_experiments(group) -> None:
     _model_runs(p)
     p.add_argument("--k", type=positive_int, help="passages per question (default: each run's own k)")
     p = _experiment(group, "ablation", "BM25 vs frozen vs learned retriever (Table 6)",
-                    "Exact match and answer recall@5 of RAG trained with BM25, a frozen and a learned retriever "
-                    "(paper Table 6).", _ablation)
-    for name, what in (("bm25", "trained with --retriever bm25"), ("frozen", "trained with --freeze-retriever"),
-                       ("learned", "trained end to end")):
-        p.add_argument(f"--{name}", metavar="RUN", help=f"run {what}; " + RUN_HELP)
+                    "Exact match and answer recall@5 of RAG with BM25, a frozen and a learned retriever (paper "
+                    "Table 6), with paired significance tests. One trained model may stand for several systems "
+                    "(--bm25 default --frozen default: the shipped default answering from BM25's and from the "
+                    "dense retriever's passages); the report says which were trained with their retriever.",
+                    _ablation)
+    for name, what in (("bm25", "answering with BM25 (trained with --retriever bm25, or only decoded with it)"),
+                       ("frozen", "answering with the dense retriever (trained with --freeze-retriever)"),
+                       ("learned", "answering with the dense retriever (trained end to end)")):
+        p.add_argument(f"--{name}", metavar="RUN", help=f"a run {what}; " + RUN_HELP)
     p.add_argument("--model", choices=("rag-sequence", "rag-token"), default="rag-sequence",
                    help="the kind of 'default' runs (default: %(default)s)")
     p.add_argument("--k", type=positive_int, help="passages per question (default: each run's own k)")
     p = _experiment(group, "k-sweep", "exact match and answer recall vs test-time k (Figure 3)",
-                    "Exact match and answer recall@k for each test-time k (paper Figure 3).", _k_sweep)
-    p.add_argument("--run", action="append", required=True, metavar="RUN", help="repeatable; " + RUN_HELP)
+                    "Exact match and answer recall@k for each test-time k (paper Figure 3), the spread of p(z|x), "
+                    "and paired significance tests between the ks.", _k_sweep)
+    p.add_argument("--run", action="append", metavar="RUN", help="repeatable; " + RUN_HELP + " (default: default)")
     p.add_argument("--ks", type=k_list, default="1,2,3,5,10", metavar="K,K,...",
                    help="comma-separated test-time k (default: %(default)s)")
     p.add_argument("--model", choices=("rag-sequence", "rag-token"), default="rag-sequence",
                    help="the kind of 'default' runs (default: %(default)s)")
+    p.add_argument("--score-scale", type=float, metavar="S", help="multiply the retrieval scores by S in p(z|x) "
+                   "instead of each run's own scale (smaller: a flatter prior over the top k)")
     p = _experiment(group, "posterior", "RAG-Token per-token document posterior heat map (Figure 2)",
                     "Generate with RAG-Token and plot p(z_i|x, y_i, y_<i) per token and document (paper Figure 2).",
                     _posterior, data=False)
@@ -171,7 +179,8 @@ def _k_sweep(args: argparse.Namespace) -> int:
     from openbook.experiments.k_sweep import run_k_sweep
 
     args.k = None
-    return run_k_sweep(args.run, args.ks, _settings(args), args.out, args.json, model=args.model)
+    return run_k_sweep(args.run or ["default"], args.ks, _settings(args), args.out, args.json, model=args.model,
+                       score_scale=args.score_scale)
 
 
 def _posterior(args: argparse.Namespace) -> int:

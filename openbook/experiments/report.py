@@ -2,9 +2,10 @@
 exact-match evaluation through :mod:`openbook.eval.evaluate`, retrieval answer recall, the Markdown table,
 the PNG plots (matplotlib, Agg backend) and the report files.
 
-Every experiment writes ``OUT/report.json`` (settings, the table rows, the headline figures and whatever
-the experiment adds), ``OUT/report.md`` (the table), ``OUT/*.png`` (a plot) and, per evaluated model,
-``OUT/eval-LABEL.json`` / ``.md`` (:func:`openbook.eval.evaluate.write_report`: every prediction).
+Every experiment writes ``OUT/report.json`` (settings, the table rows, the headline figures, the paired
+significance tests of the differences it shows and whatever the experiment adds), ``OUT/report.md`` (the
+tables), ``OUT/*.png`` (a plot) and, per evaluated model, ``OUT/eval-LABEL.json`` / ``.md``
+(:func:`openbook.eval.evaluate.write_report`: every prediction with its scores, which the tests pair up).
 """
 
 from __future__ import annotations
@@ -19,7 +20,8 @@ from typing import Any
 
 from openbook.errors import InputError
 
-DEFAULT = "default"  # instead of a run directory: the untrained offline default models
+DEFAULT = "default"  # instead of a run directory: the shipped fine-tuned default (untrained if none is shipped)
+ALPHA = 0.05  # the level at which a report calls a difference significant
 
 
 @dataclass
@@ -43,7 +45,8 @@ class EvalSettings:
 def load_model(run: str, model: str = "rag-sequence", kb: str | None = None, *, decode_as: str | None = None,
                retriever: str | None = None):
     """The model of a training run directory (:func:`~openbook.rag.assemble.load_run`), or for ``"default"``
-    the untrained offline default models as ``model`` (``closed-book``, ``rag-sequence``, ``rag-token``).
+    the offline default models as ``model`` (``closed-book``, ``rag-sequence``, ``rag-token``): the shipped
+    fine-tuned run (:func:`openbook.data.default_run_path`) where it applies, else untrained.
     ``decode_as`` uses a run's weights as another RAG kind (``rag-token`` for the Figure 2 posteriors);
     ``retriever`` replaces its retriever (``bm25``); ``kb`` its knowledge base."""
     from openbook.rag.assemble import load_model as build
@@ -53,6 +56,13 @@ def load_model(run: str, model: str = "rag-sequence", kb: str | None = None, *, 
             raise InputError(f"{run}: not a run directory (from `openbook train --out`) nor {DEFAULT!r}")
         return build(run=run, kb=kb, model=decode_as, retriever=retriever)
     return build(model=decode_as or model, kb=kb, retriever=retriever)
+
+
+def run_path(run: str) -> Path | None:
+    """The training run directory ``run`` stands for (``"default"``: the shipped run), None if untrained."""
+    from openbook.data import default_run_path
+
+    return default_run_path() if run == DEFAULT else Path(run)
 
 
 def read_examples(settings: EvalSettings):
@@ -122,6 +132,70 @@ def require_kind(model, kinds: Sequence[str], run: str, flag: str) -> None:
 
 def slug(label: str) -> str:
     return "".join(c if c.isalnum() or c in "-_." else "-" for c in label).strip("-") or "model"
+
+
+# ------------------------------------------------------------------------------------------ significance
+
+
+def question_scores(report: dict, metric: str) -> list[float] | None:
+    """Per-question ``metric`` of an evaluation report (:func:`evaluate_model`), None if it has none."""
+    rows = report["predictions"]
+    if not rows or any(metric not in row["scores"] for row in rows):
+        return None
+    return [row["scores"][metric] for row in rows]
+
+
+def paired_test(a: str, b: str, metric: str, a_scores: Sequence[float], b_scores: Sequence[float]) -> dict:
+    """System ``a`` against ``b`` on per-question ``metric`` scores of the same questions: the paired
+    bootstrap, and McNemar's exact test where the scores are 0/1 (:mod:`openbook.eval.metrics.significance`)."""
+    from openbook.eval.metrics import mcnemar, paired_bootstrap, significant
+
+    boot = paired_bootstrap(a_scores, b_scores)
+    binary = all(v in (0, 1) for v in (*a_scores, *b_scores))
+    exact = mcnemar(a_scores, b_scores) if binary else None
+    p_mcnemar = exact.p_value if exact else None
+    return {"a": a, "b": b, "metric": metric, "n": boot.n, "a_mean": sum(a_scores) / boot.n,
+            "b_mean": sum(b_scores) / boot.n, "diff": boot.diff, "ci95": list(boot.ci95),
+            "p_bootstrap": boot.p_value, "bootstrap_samples": boot.samples, "p_mcnemar": p_mcnemar,
+            "a_only": exact.a_only if exact else None, "b_only": exact.b_only if exact else None,
+            "significant": significant([boot.p_value, p_mcnemar], ALPHA)}
+
+
+def compare_evaluations(a: str, b: str, reports: dict[str, dict], metric: str) -> dict | None:
+    """:func:`paired_test` of the evaluations ``reports[a]`` and ``reports[b]`` (:func:`evaluate_model`, the
+    same questions) on ``metric``; None if either has no per-question ``metric``."""
+    a_scores, b_scores = question_scores(reports[a], metric), question_scores(reports[b], metric)
+    return None if a_scores is None or b_scores is None else paired_test(a, b, metric, a_scores, b_scores)
+
+
+def _p(value: float | None, samples: int | None = None) -> str:
+    if value is None:
+        return "-"
+    if value == 0 and samples:  # no resample as extreme: below the bootstrap's resolution
+        return f"< {1 / samples:.0e}"
+    return f"{value:.4f}" if value >= 1e-4 else f"{value:.1e}"
+
+
+def tests_markdown(tests: Sequence[dict]) -> str:
+    """The paired tests as a table, and which differences are significant at :data:`ALPHA`."""
+    headers = ["A", "B", "metric", "A (%)", "B (%)", "A - B (points)", "95% CI (points)", "p (bootstrap)",
+               "p (McNemar)", "only A / only B right", f"significant at {ALPHA}"]
+    rows = [[t["a"], t["b"], t["metric"], f"{100 * t['a_mean']:.1f}", f"{100 * t['b_mean']:.1f}",
+             f"{100 * t['diff']:+.1f}", f"[{100 * t['ci95'][0]:+.1f}, {100 * t['ci95'][1]:+.1f}]",
+             _p(t["p_bootstrap"], t["bootstrap_samples"]), _p(t["p_mcnemar"]),
+             "-" if t["a_only"] is None else f"{t['a_only']} / {t['b_only']}", "yes" if t["significant"] else "no"]
+            for t in tests]
+    said = lambda t: f"{t['a']} vs {t['b']} ({t['metric']}, {100 * t['diff']:+.1f} points)"  # noqa: E731
+    yes = [said(t) for t in tests if t["significant"]]
+    no = [said(t) for t in tests if not t["significant"] and t["diff"] != 0]
+    same = [f"{t['a']} vs {t['b']} ({t['metric']})" for t in tests if t["diff"] == 0]
+    text = (f"Paired tests on the same {tests[0]['n']} questions: the paired bootstrap (Koehn 2004; "
+            f"Berg-Kirkpatrick et al. 2012; {tests[0]['bootstrap_samples']:,} resamples, seed 0; 95% percentile "
+            "interval of A - B, two-sided p) and, for 0/1 scores, McNemar's exact test on the questions exactly "
+            f"one system gets right. A difference is called significant when every applicable test gives "
+            f"p < {ALPHA}. Significant: {'; '.join(yes) or 'none'}. Not significant: {'; '.join(no) or 'none'}."
+            + (f" Equal means: {'; '.join(same)}." if same else ""))
+    return "## Paired significance tests\n\n" + markdown_table(headers, rows) + "\n\n" + text
 
 
 # ------------------------------------------------------------------------------------------ tables
@@ -221,22 +295,28 @@ def _save(fig, path: str | Path) -> Path:
 
 def finish(out_dir: str | Path, title: str, headers: Sequence[str], rows: Sequence[Sequence[Any]],
            headline: dict, report: dict, as_json: bool = False, notes: str = "",
-           settings: EvalSettings | None = None) -> int:
-    """Write ``OUT/report.json`` and ``OUT/report.md``, print the table, and with ``as_json`` one last JSON
-    line of the headline figures. Returns the command's exit status (0)."""
+           settings: EvalSettings | None = None, tests: Sequence[dict] = ()) -> int:
+    """Write ``OUT/report.json`` and ``OUT/report.md``, print the table (and the paired ``tests``,
+    :func:`paired_test`), and with ``as_json`` one last JSON line of the headline figures. Returns the
+    command's exit status (0)."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     table = markdown_table(headers, rows)
     full = {"title": title, "command": " ".join(sys.argv), **({"settings": asdict(settings)} if settings else {}),
-            "table": {"headers": list(headers), "rows": [list(r) for r in rows]}, "headline": headline, **report}
+            "table": {"headers": list(headers), "rows": [list(r) for r in rows]}, "headline": headline,
+            **({"tests": list(tests)} if tests else {}), **report}
     (out / "report.json").write_text(json.dumps(full, indent=1, ensure_ascii=False) + "\n")
     plots = sorted(p.name for p in out.glob("*.png"))
     md = [f"# {title}", "", table, ""]
     if notes:
         md += [notes, ""]
+    if tests:
+        md += [tests_markdown(tests), ""]
     md += [f"![{name}]({name})" for name in plots]
     (out / "report.md").write_text("\n".join(md) + "\n")
     print(table)
+    if tests:
+        print("\n" + tests_markdown(tests))
     if as_json:
         print(json.dumps(headline, ensure_ascii=False))
     return 0

@@ -18,6 +18,9 @@ Over a whole set:
 * :func:`recall_at_k`, :func:`gold_title_overlap` -- retrieval (section 4.4: FEVER gold articles in the
   top 1 and top 10).
 
+Comparing two systems on the same questions (:mod:`~openbook.eval.metrics.significance`):
+:func:`paired_bootstrap` (any per-question score) and :func:`mcnemar` (per-question correctness).
+
 Scores are fractions in [0, 1], never percentages (the paper's tables print them x 100). Every function
 checks its input and raises :class:`~openbook.errors.InputError` naming what is wrong; a metric over no
 examples is undefined and raises rather than returning 0 (see :func:`aggregate`).
@@ -42,8 +45,11 @@ from openbook.eval.metrics.qbleu import (
     qbleu_token_classes,
 )
 from openbook.eval.metrics.retrieval import gold_title_overlap, recall_at_k
+from openbook.eval.metrics.significance import Bootstrap, McNemar, mcnemar, paired_bootstrap, significant
 
 __all__ = [
+    "Bootstrap",
+    "McNemar",
     "DEFAULT_QBLEU_WEIGHTS",
     "FUNCTION_WORDS",
     "QUESTION_WORDS",
@@ -53,13 +59,16 @@ __all__ = [
     "exact_match",
     "gold_title_overlap",
     "label_accuracy",
+    "mcnemar",
     "normalize_answer",
+    "paired_bootstrap",
     "q_bleu_1",
     "qbleu_token_classes",
     "recall_at_k",
     "regex_match",
     "rouge_l",
     "sentence_bleu_1",
+    "significant",
     "token_f1",
     "word_tokens",
 ]
