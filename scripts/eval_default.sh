@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# The scores of the shipped default model (docs/models/default.md), every one on data it was never trained
+# on (the held-out fifths written by scripts/split_qa_data.py), with `openbook ask`'s decoding settings
+# (greedy, Fast decoding, 16 new tokens) unless a step says otherwise. Reports go to docs/models/default/.
+#
+#   scripts/eval_default.sh             # every step below, one after another
+#   scripts/eval_default.sh nq-fp32 ... # or some steps by name
+set -euo pipefail
+cd "$(dirname "$0")/.."
+OB=${OB:-.venv/bin/openbook}
+PY=${PY:-.venv/bin/python}
+OUT=docs/models/default
+LEADERS=${LEADERS:-../shared/data/wikidata-leaders-history.csv}
+ASK="--beams 1 --decoding fast --max-new-tokens 16"
+timed() { name=$1; shift; echo "== $*"; /usr/bin/time -f "$name: %e s wall, %U s user" "$@"; }
+
+latency()     { timed latency $PY bench/ask_latency.py --questions 15 --cold-runs 3 | tee $OUT/ask_latency.txt; }
+nq-bf16()     { timed nq-bf16 $OB eval --task nq --data runs/data/nq-dev.jsonl $ASK --dtype bfloat16 --out $OUT/nq-bf16 --json; }
+nq-fp32()     { timed nq-fp32 $OB eval --task nq --data runs/data/nq-dev.jsonl $ASK --dtype float32 --out $OUT/nq-fp32 --json; }
+hot-swap()    { timed hot-swap $OB experiments hot-swap --leaders "$LEADERS" --k 5 --beams 1 --max-new-tokens 16 \
+                    --out $OUT/hot-swap --json; }
+closed-book() { scripts/train_default.sh closed-book
+                timed closed-book $OB eval --task nq --run runs/default-cb --data runs/data/nq-dev.jsonl $ASK \
+                    --dtype bfloat16 --out $OUT/nq-closed-book --json; }
+webquestions() { timed webquestions $OB eval --task webquestions --data runs/data/webquestions-heldout.json $ASK \
+                    --dtype bfloat16 --out $OUT/webquestions --json; }
+curatedtrec() { timed curatedtrec $OB eval --task curatedtrec --data runs/data/curatedtrec-heldout.tsv $ASK \
+                    --dtype bfloat16 --out $OUT/curatedtrec --json; }
+ablation()    { timed ablation $OB experiments ablation --data runs/data/nq-dev.jsonl --bm25 default --frozen default \
+                    --beams 1 --max-new-tokens 16 --out $OUT/ablation --json; }
+k-sweep()     { timed k-sweep $OB experiments k-sweep --data runs/data/nq-dev.jsonl --ks 1,2,5,10 --beams 1 \
+                    --max-new-tokens 16 --out $OUT/k-sweep --json; }
+
+mkdir -p $OUT
+steps=("$@"); [ ${#steps[@]} -gt 0 ] || steps=(nq-bf16 latency nq-fp32 hot-swap closed-book webquestions curatedtrec ablation k-sweep)
+for step in "${steps[@]}"; do "$step"; done
