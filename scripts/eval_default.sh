@@ -12,7 +12,7 @@ PY=${PY:-.venv/bin/python}
 OUT=docs/models/default
 LEADERS=${LEADERS:-../shared/data/wikidata-leaders-history.csv}
 ASK="--beams 1 --decoding fast --max-new-tokens 16"
-timed() { name=$1; shift; echo "== $*"; /usr/bin/time -f "$name: %e s wall, %U s user" "$@"; }
+timed() { name=$1; shift; echo "== $*" >&2; /usr/bin/time -f "$name: %e s wall, %U s user" "$@"; }
 
 latency()     { timed latency $PY bench/ask_latency.py --questions 15 --cold-runs 3 | tee $OUT/ask_latency.txt; }
 nq-bf16()     { timed nq-bf16 $OB eval --task nq --data runs/data/nq-dev.jsonl $ASK --dtype bfloat16 --out $OUT/nq-bf16 --json; }
@@ -26,11 +26,15 @@ webquestions() { timed webquestions $OB eval --task webquestions --data runs/dat
                     --dtype bfloat16 --out $OUT/webquestions --json; }
 curatedtrec() { timed curatedtrec $OB eval --task curatedtrec --data runs/data/curatedtrec-heldout.tsv $ASK \
                     --dtype bfloat16 --out $OUT/curatedtrec --json; }
+recall()      { for set in nq-dev webquestions-heldout curatedtrec-heldout; do
+                    match=$([ $set = curatedtrec-heldout ] && echo regex || echo dpr)
+                    timed recall-$set $OB eval retrieval --questions runs/data/$set.jsonl --k 1,5,20 \
+                        --retrievers dense,bm25 --match $match --json | tee $OUT/recall-$set.json; done; }
 ablation()    { timed ablation $OB experiments ablation --data runs/data/nq-dev.jsonl --bm25 default --frozen default \
                     --beams 1 --max-new-tokens 16 --out $OUT/ablation --json; }
 k-sweep()     { timed k-sweep $OB experiments k-sweep --data runs/data/nq-dev.jsonl --ks 1,2,5,10 --beams 1 \
                     --max-new-tokens 16 --out $OUT/k-sweep --json; }
 
 mkdir -p $OUT
-steps=("$@"); [ ${#steps[@]} -gt 0 ] || steps=(nq-bf16 latency nq-fp32 hot-swap closed-book webquestions curatedtrec ablation k-sweep)
+steps=("$@"); [ ${#steps[@]} -gt 0 ] || steps=(nq-bf16 latency nq-fp32 recall hot-swap closed-book webquestions curatedtrec ablation k-sweep)
 for step in "${steps[@]}"; do "$step"; done

@@ -10,6 +10,8 @@ training; nothing held out is ever trained on. Writes, into OUT_DIR:
   format (a JSON array of ``{qId, qText, answers}``), read by ``--task webquestions``;
 * ``curatedtrec-train.tsv`` / ``curatedtrec-heldout.tsv`` -- CuratedTrec's training file (TSV whose answers
   are regular expressions), read by ``--task curatedtrec``;
+* ``webquestions-heldout.jsonl`` / ``curatedtrec-heldout.jsonl`` -- the same held-out questions as
+  ``{question, answers}`` for ``openbook eval retrieval`` (CuratedTrec's answers stay patterns: ``--match regex``);
 * ``default-train.jsonl`` -- the training data of the shipped default model: the three training parts as
   ``{question, answers}`` (CuratedTrec's regex turned into a plain answer by
   :func:`openbook.eval.tasks.qa.regex_target`): every NQ training question and the first half as many from
@@ -74,6 +76,11 @@ def main(argv=None) -> None:
     for name, lines in (("train", ct_train), ("heldout", ct_heldout)):
         (out / f"curatedtrec-{name}.tsv").write_text("\n".join(lines) + "\n", encoding="utf-8")
         print(f"{out / f'curatedtrec-{name}.tsv'}: {len(lines)} questions")
+    # the held-out parts as {question, answers} JSON Lines too, for `openbook eval retrieval` (answer recall@k;
+    # CuratedTrec's answers are patterns: --match regex)
+    write_jsonl(out / "webquestions-heldout.jsonl", [{"question": r["qText"], "answers": r["answers"]} for r in wq_heldout])
+    write_jsonl(out / "curatedtrec-heldout.jsonl", [{"question": q, "answers": [rx]} for q, rx in
+                                                    (line.split("\t", 3)[2:4] for line in ct_heldout)])
 
     for name, source in (("jeopardy", "jeopardy.dev-split.jsonl.gz"), ("fever", "fever.paper_dev.dev-split.jsonl.gz")):
         with gzip.open(data / source, "rt", encoding="utf-8") as fh:

@@ -306,3 +306,16 @@ def test_cli_eval_errors_are_one_line_and_early(tmp_path, capsys):
     assert cli.main(["eval"]) == 2  # a task is required
     assert cli.main(["eval", "retrieval", "--questions", "q", "--k", "0"]) == 2
     assert cli.main(["eval", "retrieval", "--questions", "q", "--retrievers", "tfidf"]) == 2
+
+
+def test_regex_answers_match_anywhere_in_the_passage():
+    """CuratedTrec's answers are patterns: --match regex finds them anywhere in a passage, case ignored."""
+    from openbook.errors import InputError
+    from openbook.eval.retrieval import answer_in_passage
+
+    assert answer_in_passage("It was founded in Sept. 1902 by ...", [r"Sept?(ember)?\.?\s+1902"], mode="regex")
+    assert answer_in_passage("NEW YORK city", [r"New\s?York"], mode="regex")
+    assert not answer_in_passage("Newark", [r"New\s?York"], mode="regex")
+    assert not answer_in_passage("It was founded in Sept. 1902", [r"Sept?(ember)?\.?\s+1902"], mode="dpr")
+    with pytest.raises(InputError, match="not a regular expression"):
+        answer_in_passage("text", ["(unclosed"], mode="regex")

@@ -21,7 +21,7 @@ from openbook.commands import k_list, options, positive_int
 from openbook.commands.options import RETRIEVERS
 
 DEFAULT_K_TEXT = "1,5,20,100"
-MATCH_MODES = ("dpr", "lenient")
+MATCH_MODES = ("dpr", "lenient", "regex")
 # The names of openbook.eval.tasks.TASKS, spelled out so that building the parser imports nothing
 # (a test checks that the two agree).
 TASK_NAMES = (
@@ -117,7 +117,8 @@ def register(subparsers) -> None:
     )
     retrieval.add_argument(
         "--match", choices=MATCH_MODES, default="dpr",
-        help="answer matching: DPR's tokenised has_answer, or 'lenient' (also ignore accents and punctuation) "
+        help="answer matching: DPR's tokenised has_answer, 'lenient' (also ignore accents and punctuation) or "
+        "'regex' (answers are regular expressions matched anywhere in the passage, as CuratedTrec's) "
         "(default: %(default)s)",
     )
     retrieval.add_argument(

@@ -30,6 +30,7 @@ hybrid) come from :func:`standard_retrievers`.
 
 from __future__ import annotations
 
+import re
 import sys
 import time
 import unicodedata
@@ -46,7 +47,7 @@ from openbook.index.dense import check_k
 from openbook.index.retriever import HYBRID_DEPTH, RETRIEVERS, Retriever, make_retriever
 
 DEFAULT_KS = (1, 5, 20, 100)
-MATCH_MODES = ("dpr", "lenient")
+MATCH_MODES = ("dpr", "lenient", "regex")  # regex: answers are patterns (CuratedTrec), as in DPR
 RETRIEVER_NAMES = RETRIEVERS
 __all__ = ["HYBRID_DEPTH", "answer_in_passage", "evaluate_retrieval", "gold_match", "knowledge_base_bm25",
            "recall_at_k", "standard_retrievers"]
@@ -92,8 +93,11 @@ def _contains(tokens: Sequence[str], answer: Sequence[str]) -> bool:
 
 
 def answer_in_passage(passage_text: str, answers: Iterable[str], mode: str = "dpr") -> bool:
-    """DPR's ``has_answer``: whether any answer's token sequence occurs in the passage (module docs)."""
-    _check_mode(mode)
+    """DPR's ``has_answer``: whether any answer's token sequence occurs in the passage (module docs); in
+    ``regex`` mode, whether any answer pattern matches anywhere in it (case ignored)."""
+    if _check_mode(mode) == "regex":
+        matcher = _Matcher(mode)
+        return matcher.has_answer(passage_text, [matcher.answer(a) for a in answers])
     tokens = answer_tokens(passage_text, mode)
     return any(_contains(tokens, answer_tokens(answer, mode)) for answer in answers)
 
@@ -139,13 +143,24 @@ class _Matcher:
         self.mode = _check_mode(mode)
         self._tokens: dict[str, tuple[str, ...]] = {}
 
+    def answer(self, answer: str):
+        """An answer as the matcher compares it: DPR tokens, or a compiled pattern in ``regex`` mode."""
+        if self.mode != "regex":
+            return self.tokens(answer)
+        try:
+            return re.compile(answer, re.IGNORECASE)
+        except re.error as exc:
+            raise InputError(f"answer {answer!r} is not a regular expression: {exc}") from None
+
     def tokens(self, text: str) -> tuple[str, ...]:
         cached = self._tokens.get(text)
         if cached is None:
             cached = self._tokens[text] = answer_tokens(text, self.mode)
         return cached
 
-    def has_answer(self, text: str, answers: list[tuple[str, ...]]) -> bool:
+    def has_answer(self, text: str, answers: list) -> bool:
+        if self.mode == "regex":  # DPR's regex match: the pattern anywhere in the passage
+            return any(pattern.search(text) for pattern in answers)
         tokens = self.tokens(text)
         return any(_contains(tokens, answer) for answer in answers)
 
@@ -192,7 +207,7 @@ def evaluate_retrieval(
     matcher = _Matcher(mode)
     depth = ks[-1]
     texts = [record["question"].strip() for record in questions]
-    answers = [[matcher.tokens(a) for a in record["answers"]] for record in questions]
+    answers = [[matcher.answer(a) for a in record["answers"]] for record in questions]
     answers = [[a for a in tokens if a] for tokens in answers]
     golds = [record.get("gold") for record in questions]
     with_gold = np.array([gold is not None for gold in golds])
