@@ -14,7 +14,7 @@ LEADERS=${LEADERS:-../shared/data/wikidata-leaders-history.csv}
 ASK="--beams 1 --decoding fast --max-new-tokens 16"
 timed() { name=$1; shift; echo "== $*" >&2; /usr/bin/time -f "$name: %e s wall, %U s user" "$@"; }
 
-latency()     { timed latency $PY bench/ask_latency.py --questions 15 --cold-runs 3 | tee $OUT/ask_latency.txt; }
+latency()     { timed latency env PYTHONPATH=. $PY bench/ask_latency.py --questions 15 --cold-runs 3 | tee $OUT/ask_latency.txt; }
 nq-bf16()     { timed nq-bf16 $OB eval --task nq --data runs/data/nq-dev.jsonl $ASK --dtype bfloat16 --out $OUT/nq-bf16 --json; }
 nq-fp32()     { timed nq-fp32 $OB eval --task nq --data runs/data/nq-dev.jsonl $ASK --dtype float32 --out $OUT/nq-fp32 --json; }
 hot-swap()    { timed hot-swap $OB experiments hot-swap --leaders "$LEADERS" --k 5 --beams 1 --max-new-tokens 16 \
@@ -26,6 +26,7 @@ webquestions() { timed webquestions $OB eval --task webquestions --data runs/dat
                     --dtype bfloat16 --out $OUT/webquestions --json; }
 curatedtrec() { timed curatedtrec $OB eval --task curatedtrec --data runs/data/curatedtrec-heldout.tsv $ASK \
                     --dtype bfloat16 --out $OUT/curatedtrec --json; }
+lora-vs-full() { timed lora-vs-full env PYTHONPATH=. $PY bench/lora_vs_full.py | tee $OUT/lora_vs_full.txt; }
 recall()      { for set in nq-dev webquestions-heldout curatedtrec-heldout; do
                     match=$([ $set = curatedtrec-heldout ] && echo regex || echo dpr)
                     timed recall-$set $OB eval retrieval --questions runs/data/$set.jsonl --k 1,5,20 \
@@ -36,5 +37,5 @@ k-sweep()     { timed k-sweep $OB experiments k-sweep --data runs/data/nq-dev.js
                     --max-new-tokens 16 --out $OUT/k-sweep --json; }
 
 mkdir -p $OUT
-steps=("$@"); [ ${#steps[@]} -gt 0 ] || steps=(nq-bf16 latency nq-fp32 recall hot-swap closed-book webquestions curatedtrec ablation k-sweep)
+steps=("$@"); [ ${#steps[@]} -gt 0 ] || steps=(nq-bf16 latency nq-fp32 recall hot-swap closed-book lora-vs-full webquestions curatedtrec ablation k-sweep)
 for step in "${steps[@]}"; do "$step"; done
