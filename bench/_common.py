@@ -33,3 +33,22 @@ def print_header() -> None:
           f"python {platform.python_version()}")
     print(f"threads:       torch.get_num_threads() = {torch.get_num_threads()} (os.cpu_count() = {os.cpu_count()}, "
           f"load average {os.getloadavg()[0]:.2f} at start)")
+
+
+def interleaved_medians(step, variants, repeats: int) -> tuple[dict, dict]:
+    """``(first results, median seconds)`` of ``step(name)`` for each variant: one untimed warm-up round, then
+    ``repeats`` timed rounds whose order alternates (so drift on a shared machine hits every variant alike)."""
+    import gc
+    import statistics
+    import time
+
+    first = {name: step(name) for name in variants}
+    times = {name: [] for name in variants}
+    for r in range(repeats):
+        for name in (variants if r % 2 == 0 else variants[::-1]):
+            gc.collect()
+            t = time.perf_counter()
+            step(name)
+            times[name].append(time.perf_counter() - t)
+        print(f"  round {r + 1}/{repeats}: " + ", ".join(f"{n} {times[n][-1]:.2f}s" for n in variants), flush=True)
+    return first, {name: statistics.median(v) for name, v in times.items()}

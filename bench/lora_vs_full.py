@@ -13,13 +13,10 @@ Usage:  PYTHONPATH=. python bench/lora_vs_full.py [--repeats 3]
 from __future__ import annotations
 
 import argparse
-import gc
 import json
-import statistics
-import time
 
 import torch
-from _common import print_header, quiet
+from _common import interleaved_medians, print_header, quiet
 
 QUESTIONS = [("who wrote the old man and the sea", "Ernest Hemingway"),
              ("when is the next deadpool movie being released", "May 18, 2018"),
@@ -57,17 +54,7 @@ def main(argv=None) -> None:
         optimizers[name].step()
         return float(loss.detach())
 
-    for name in VARIANTS:  # warm-up round
-        step(name)
-    times = {name: [] for name in VARIANTS}
-    for r in range(args.repeats):
-        for name in (VARIANTS if r % 2 == 0 else VARIANTS[::-1]):
-            gc.collect()
-            t = time.perf_counter()
-            step(name)
-            times[name].append(time.perf_counter() - t)
-        print(f"  round {r + 1}/{args.repeats}: " + ", ".join(f"{n} {times[n][-1]:.2f}s" for n in VARIANTS), flush=True)
-    med = {name: statistics.median(v) for name, v in times.items()}
+    _, med = interleaved_medians(step, VARIANTS, args.repeats)
     params = {name: sum(p.numel() for p in ps) for name, ps in trainable.items()}
     checkpoint_mb = {name: round(3 * 4 * n / 1e6, 1) for name, n in params.items()}  # weights + 2 Adam moments
     weights_mb = {name: round(4 * n / 1e6, 1) for name, n in params.items()}

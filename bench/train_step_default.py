@@ -18,13 +18,10 @@ Usage:  PYTHONPATH=. python bench/train_step_default.py [--repeats 3]
 from __future__ import annotations
 
 import argparse
-import gc
 import json
-import statistics
-import time
 
 import torch
-from _common import print_header, quiet
+from _common import interleaved_medians, print_header, quiet
 
 QUESTIONS = [("who wrote the old man and the sea", "Ernest Hemingway"),
              ("when is the next deadpool movie being released", "May 18, 2018"),
@@ -59,16 +56,7 @@ def main(argv=None) -> None:
         loss.backward()
         return float(loss.detach())
 
-    losses = {name: step(name) for name in VARIANTS}  # warm-up round
-    times = {name: [] for name in VARIANTS}
-    for r in range(args.repeats):
-        for name in (VARIANTS if r % 2 == 0 else VARIANTS[::-1]):
-            gc.collect()
-            t = time.perf_counter()
-            step(name)
-            times[name].append(time.perf_counter() - t)
-        print(f"  round {r + 1}/{args.repeats}: " + ", ".join(f"{n} {times[n][-1]:.2f}s" for n in VARIANTS), flush=True)
-    med = {name: statistics.median(v) for name, v in times.items()}
+    losses, med = interleaved_medians(step, VARIANTS, args.repeats)
     for name in VARIANTS:
         print(f"{name:14s} {med[name]:7.2f} s/step   loss {losses[name]:.4f}")
     result = {"seconds": {n: round(v, 3) for n, v in med.items()},
