@@ -221,15 +221,13 @@ def run_hot_swap_command(args: argparse.Namespace) -> int:
     from openbook.experiments.hot_swap import ERAS, run_hot_swap
     from openbook.experiments.report import bar_plot
     from openbook.models import load_encoder
-    from openbook.rag.assemble import build_knowledge_base, load_model, read_run_spec
+    from openbook.rag.assemble import build_knowledge_base, load_model, read_run_spec, shipped_default
 
     options.quiet_libraries()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    if not args.run and not args.untrained and args.generator == "default" and args.encoder in (None, "default"):
-        from openbook.data import default_run_path
-
-        shipped = default_run_path()  # the shipped fine-tuned default, as `openbook ask` uses it
+    if not args.run:  # the shipped fine-tuned default, as `openbook ask` uses it, unless asked otherwise
+        shipped = shipped_default(generator=args.generator, encoder=args.encoder, untrained=args.untrained)
         args.run = str(shipped) if shipped is not None else None
     if args.run:
         for flag, value in (("--generator", args.generator), ("--encoder", args.encoder)):

@@ -62,12 +62,9 @@ def add_lora(model: nn.Module, settings: LoraSettings) -> nn.Module:
 
     if has_lora(model):
         raise InputError("the generator already has LoRA adapters")
+    targets = settings.target_modules
     config = LoraConfig(r=settings.r, lora_alpha=settings.alpha, lora_dropout=settings.dropout,
-                        target_modules=settings.target_modules if isinstance(settings.target_modules, str)
-                        else list(settings.target_modules))
-    model_type = getattr(getattr(model, "config", None), "model_type", None)
-    if config.target_modules == "all-linear" and model_type is not None:
-        config.target_modules = sorted(_linear_layer_names(model))
+                        target_modules=sorted(_linear_layer_names(model)) if targets == "all-linear" else list(targets))
     try:
         inject_adapter_in_model(config, model)
     except ValueError as exc:
@@ -91,10 +88,6 @@ def has_lora(model: nn.Module) -> bool:
 def lora_tensor_names(module: nn.Module) -> set[str]:
     """The state-dict names of ``module``'s LoRA adapters (what a LoRA checkpoint must hold)."""
     return {name for name in module.state_dict() if LORA_MARK in name}
-
-
-def lora_parameter_count(model: nn.Module) -> int:
-    return sum(p.numel() for name, p in model.named_parameters() if LORA_MARK in name)
 
 
 def merge_lora_tensors(module: nn.Module, tensors: dict, settings: LoraSettings, prefix: str = "") -> dict:

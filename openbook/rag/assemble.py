@@ -228,8 +228,8 @@ def load_model(model: str | None = None, kb=None, generator: str = "default", en
 
 
 def _load_model(model, kb, generator, encoder, run, retriever, k, untrained: bool, **options):
-    if run is None and _shipped_default_applies(model, generator, encoder, untrained, options):
-        run = default_run_path()
+    if run is None:
+        run = shipped_default(model, generator, encoder, untrained, options)
     if run is not None:
         if generator != "default" or (encoder is not None and encoder != "default"):
             raise InputError(f"a run ({run}) brings its own generator and encoder: give --generator/--encoder "
@@ -241,10 +241,13 @@ def _load_model(model, kb, generator, encoder, run, retriever, k, untrained: boo
     return load_rag(model=model, kb=kb, generator=generator, encoder=encoder, **settings).eval()
 
 
-def _shipped_default_applies(model, generator, encoder, untrained: bool, options: dict) -> bool:
-    if untrained or options or model == "closed-book" or default_run_path() is None:
-        return False
-    return generator == "default" and (encoder is None or encoder == "default")
+def shipped_default(model=None, generator="default", encoder=None, untrained: bool = False,
+                    options: dict | None = None) -> Path | None:
+    """The shipped fine-tuned default run that these names mean (:func:`load_model`'s rule), or None: the
+    offline default generator and encoder, not ``untrained``, not closed-book, no RAG ``options``."""
+    if untrained or options or model == "closed-book" or generator != "default" or encoder not in (None, "default"):
+        return None
+    return default_run_path()
 
 
 # ---------------------------------------------------------------------------------------------------
