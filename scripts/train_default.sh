@@ -1,24 +1,26 @@
 #!/usr/bin/env bash
 # The recipe of openbook's shipped default model (docs/models/default.md): LoRA adapters (rank 16 on every
-# linear layer of SmolLM2-135M-Instruct) trained as RAG-Sequence over the demo knowledge base, with the
-# retriever (MiniLM q(x) and the score scale 20) frozen, on the training parts of NQ-open, WebQuestions and
-# CuratedTrec (scripts/split_qa_data.py; the held-out fifths are never trained on). Then the adapters and
-# run.json are copied into openbook/data/default/, which `openbook ask`, `RAG.load()` and `make demo` use.
+# linear layer of SmolLM2-135M-Instruct) and the retrieval score scale, trained as RAG-Sequence over the demo
+# knowledge base with the MiniLM query encoder q(x) frozen, on the training parts of NQ-open, WebQuestions and
+# CuratedTrec (scripts/split_qa_data.py; the held-out fifths are never trained on) whose answer is in the
+# top 5 passages (scripts/answerable.py). Then the adapters, the scale and run.json are copied into
+# openbook/data/default/, which `openbook ask`, `RAG.load()` and `make demo` use.
 #
 #   scripts/train_default.sh            # split the data, train (~35 min on 2 idle CPU cores), ship
 #   scripts/train_default.sh closed-book  # the closed-book generator with the same recipe (for comparison)
 #
-# DATA points at ../shared/data; STEPS (default 100) is the number of Adam steps of 4 questions.
+# DATA points at ../shared/data; STEPS (default 150) is the number of Adam steps of 4 questions.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 OB=${OB:-.venv/bin/openbook}
 PY=${PY:-.venv/bin/python}
 DATA=${DATA:-../shared/data}
-STEPS=${STEPS:-100}
-RECIPE="--train runs/data/default-train.jsonl --lora 16 --lr-generator 3e-4 --batch-size 4 --k 5
-        --max-steps $STEPS --freeze-retriever --mixed-precision --seed 0 --checkpoint-every 25"
+STEPS=${STEPS:-150}
+RECIPE="--train runs/data/default-train-answerable.jsonl --lora 16 --lr-generator 1e-3 --learn-scale
+        --batch-size 4 --k 5 --max-steps $STEPS --freeze-retriever --mixed-precision --seed 0 --checkpoint-every 25"
 
 $PY scripts/split_qa_data.py --data-dir "$DATA" --out runs/data
+$PY scripts/answerable.py runs/data/default-train.jsonl runs/data/default-train-answerable.jsonl --k 5
 case "${1:-rag}" in
   rag)
     # --resume continues an interrupted run from its last checkpoint (every 25 steps)
