@@ -32,9 +32,9 @@ recall()      { for set in nq-dev webquestions-heldout curatedtrec-heldout; do
                     timed recall-$set $OB eval retrieval --questions runs/data/$set.jsonl --k 1,5,20 \
                         --retrievers dense,bm25 --match $match --json | tee $OUT/recall-$set.json; done; }
 ablation()    { timed ablation $OB experiments ablation --data runs/data/nq-dev.jsonl --bm25 default --frozen default \
-                    --beams 1 --max-new-tokens 16 --out $OUT/ablation --json; }
-k-sweep()     { timed k-sweep $OB experiments k-sweep --data runs/data/nq-dev.jsonl --ks 1,2,5,10 --beams 1 \
-                    --max-new-tokens 16 --out $OUT/k-sweep --json; }
+                    $ASK --out $OUT/ablation --json; }
+k-sweep()     { timed k-sweep $OB experiments k-sweep --data runs/data/nq-dev.jsonl --ks 1,2,5,10 $ASK \
+                    --out $OUT/k-sweep --json; }
 
 mkdir -p $OUT
 steps=("$@"); [ ${#steps[@]} -gt 0 ] || steps=(nq-bf16 latency nq-fp32 recall hot-swap closed-book lora-vs-full webquestions curatedtrec ablation k-sweep)
