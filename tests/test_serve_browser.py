@@ -129,9 +129,11 @@ def server(tmp_path_factory):
         passages = [Passage(f"{name}:{i}", title, text) for i, (title, text) in enumerate(rows)]
         build_knowledge_base(passages, encoder, root / name, progress=False)
     tok = bart_tokenizer()
-    generator = Seq2SeqGenerator(tiny_bart(vocab_size=len(tok), seed=3), tok)
+    # seed 7: a random generator whose greedy answer to QUESTION starts with another word over each book
+    # (others repeat one word whatever they read), so the swap visibly changes the answer
+    generator = Seq2SeqGenerator(tiny_bart(vocab_size=len(tok), seed=7), tok)
     rag = RAG(encoder, generator, KnowledgeBase.load(root / "alpha"), model="rag-token", k=K)
-    app = create_app(ServeConfig(kb=str(root / "alpha"), kb_root=str(root), admin_token=TOKEN), rag=rag)
+    app = create_app(ServeConfig(kb_root=str(root), admin_token=TOKEN, max_question_chars=1000), rag=rag)
     sock = free_socket()
     uv = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on"))
     thread = threading.Thread(target=uv.run, kwargs={"sockets": [sock]}, daemon=True)
@@ -215,7 +217,7 @@ def wait_for_answer(page, kb_name: str) -> None:
 
 def check_result(page, want: dict) -> None:
     """The page shows the API's answer, streamed token by token, its passages and its heat map."""
-    from tolerance import tolerance
+    from tolerance import probability_sum_bound
 
     answer = want["answers"][0]
     assert page.inner_text("#answer") == answer["answer"]
@@ -231,14 +233,14 @@ def check_result(page, want: dict) -> None:
     assert page.is_visible("#heatmap")
     assert page.locator("#heatmap tbody tr").count() == K
     columns = page.locator("#heatmap thead th.token").all_inner_texts()
-    assert columns == answer["tokens"] and len(columns) == len(answer["token_posteriors"])
+    assert columns == [t.strip() for t in answer["tokens"]] and len(columns) == len(answer["token_posteriors"])
     cells = page.locator("#heatmap td.cell")
     assert cells.count() == K * len(columns)
     shown = [[float(cells.nth(z * len(columns) + t).get_attribute("data-p")) for z in range(K)]
              for t in range(len(columns))]
     assert shown == answer["token_posteriors"]  # the page shows the API's numbers unchanged
     for column in shown:  # each column is a distribution over the k passages
-        assert sum(column) == pytest.approx(1.0, **tolerance(1.0, terms=K))
+        assert abs(sum(column) - 1.0) <= probability_sum_bound(K)
     label = cells.first.get_attribute("aria-label")
     assert label.startswith(f"passage 1 ({answer['passages'][0]['title']}), token 1 ({columns[0]}):")
 
@@ -283,18 +285,33 @@ def test_phone_width_has_no_horizontal_scroll(page, server):
     page.set_viewport_size({"width": 375, "height": 800})
     page.click("details.admin summary")
     widths = page.evaluate("[document.documentElement.scrollWidth, document.documentElement.clientWidth]")
-    assert widths[0] <= widths[1] == 375
+    too_wide = page.evaluate("""() => [...document.querySelectorAll('body *')]
+        .filter((e) => e.getBoundingClientRect().right > document.documentElement.clientWidth + 0.5)
+        .slice(0, 5).map((e) => `${e.tagName}#${e.id}.${e.className} ${Math.round(e.getBoundingClientRect().right)}`)""")
+    assert widths[0] <= widths[1] == 375, too_wide
 
 
 def test_keyboard_alone(page, server):
+    """Tab reaches the box first, the focus is visible and moves in reading order; Enter asks."""
     page.keyboard.press("Tab")
     assert page.evaluate("document.activeElement.id") == "question"  # the question box comes first
-    outline = page.evaluate("getComputedStyle(document.activeElement).outlineStyle")
-    assert outline != "none"  # focus is visible
+    assert page.evaluate("getComputedStyle(document.activeElement).outlineStyle") != "none"  # focus is visible
     page.keyboard.type(QUESTION)
+    order = []
+    for _ in range(4):
+        page.keyboard.press("Tab")
+        order.append(page.evaluate("document.activeElement.id"))
+    assert order == ["ask", "model", "k", "retriever"]
+    page.keyboard.press("Shift+Tab")
+    page.keyboard.press("ControlOrMeta+a")
+    page.keyboard.type(str(K))
+    for _ in range(3):
+        page.keyboard.press("Shift+Tab")
+    assert page.evaluate("document.activeElement.id") == "question"
     page.keyboard.press("Enter")
     wait_for_answer(page, "alpha")
-    assert page.inner_text("#answer") == expected(server)["answers"][0]["answer"]
+    want = api(server, "/v1/ask", {"question": QUESTION, "k": K})  # what the page asked: the server's model
+    assert page.inner_text("#answer") == want["answers"][0]["answer"]
     assert page.get_attribute("#answer", "aria-live") == "polite"
     for control in ("question", "model", "k", "retriever", "admin-token", "kb-select", "kb-version-input"):
         assert page.locator(f"label[for='{control}']").count() == 1  # every control is labelled
