@@ -50,8 +50,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args = p.parse_args(own)
     if not args.question.strip():
         p.error("--question must not be empty")
-    if not 1 <= args.k <= 50:
-        p.error("--k must be between 1 and 50")
+    if not 1 <= args.k <= 20:  # the API's cap
+        p.error("--k must be between 1 and 20")
     if not 320 <= args.width <= 2560:
         p.error("--width must be between 320 and 2560")
     if args.timeout_s <= 0:

@@ -83,7 +83,7 @@ def test_screenshot_script_arguments(tmp_path, monkeypatch):
 
 @pytest.mark.parametrize("argv, message", [
     (["--question", "  "], "--question must not be empty"),
-    (["--k", "0"], "--k must be between 1 and 50"),
+    (["--k", "21"], "--k must be between 1 and 20"),
     (["--width", "100"], "--width must be between 320 and 2560"),
     (["--timeout-s", "0"], "--timeout-s must be positive"),
     (["--out", "shot.jpg"], "--out must name a .png file"),
@@ -119,7 +119,7 @@ def server(tmp_path_factory):
     from openbook.models.generators import Seq2SeqGenerator
     from openbook.rag import RAG
     from openbook.rag.assemble import build_knowledge_base
-    from openbook.serve.app import ServeConfig, create_app
+    from openbook.serve import ServeConfig, create_app
     from test_rag_model import tiny_encoder
     from tiny import bart_tokenizer, tiny_bart
 
