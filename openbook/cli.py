@@ -30,6 +30,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "openbook.commands.train",
     "openbook.commands.experiments",
     "openbook.commands.export",
+    "openbook.commands.serve",
 )
 
 

@@ -30,7 +30,7 @@ LAYERS = {
     "openbook.rag": 4,
     "openbook.train": 5, "openbook.eval": 5,
     "openbook.experiments": 6,
-    "openbook.commands": 7,
+    "openbook.commands": 7, "openbook.serve": 7,
     "openbook.cli": 8, "openbook.__main__": 8,
 }
 

@@ -202,8 +202,12 @@ def greedy_search(
     start_token_id: int,
     cfg: BeamConfig,
     device: torch.device | str = "cpu",
+    on_step: Callable[[int, torch.Tensor], None] | None = None,
 ) -> BeamOutput:
     """Greedy decoding (argmax of the processed distribution), stopping each row at EOS.
+
+    ``on_step(position, tokens)``, if given, sees each step's chosen tokens ``(batch_size,)`` as they are
+    chosen (``position`` 0 is the first generated token; finished rows show the pad): for streaming.
 
     Scored as :func:`beam_search` scores one beam: ``scores`` sums the *processed* log-probabilities
     (a forced BOS or EOS counts log 1 = 0, as in transformers) over ``generated_length ** length_penalty``;
@@ -227,6 +231,8 @@ def greedy_search(
         raw_total += torch.where(done, 0.0, _unforced(raw, cur_len, cfg).gather(1, index).squeeze(1))
         processed_total += torch.where(done, 0.0, lp.gather(1, index).squeeze(1))
         seqs[:, cur_len] = nxt
+        if on_step is not None:
+            on_step(cur_len - 1, nxt)
         lengths += (~done).long()
         if cfg.eos_token_id is not None:
             done = done | (nxt == cfg.eos_token_id)

@@ -51,8 +51,12 @@ def _doc_rows(index: torch.Tensor, n_docs: int) -> torch.Tensor:
     return (index[:, None] * n_docs + torch.arange(n_docs, device=index.device)).reshape(-1)
 
 
-def rag_token_decode(generator: Generator, memory: Memory, doc_logprobs: torch.Tensor, cfg: BeamConfig) -> Decoded:
-    """RAG-Token decoding: beam search (``num_beams > 1``) or greedy search on the marginal transition."""
+def rag_token_decode(generator: Generator, memory: Memory, doc_logprobs: torch.Tensor, cfg: BeamConfig,
+                     on_step=None) -> Decoded:
+    """RAG-Token decoding: beam search (``num_beams > 1``) or greedy search on the marginal transition.
+
+    Greedy search calls ``on_step(position, tokens (B,))`` with each step's tokens as it chooses them (the
+    marginal transition gives one token per step); beam search knows its answer only at the end."""
     B, K = doc_logprobs.shape
     state = generator.begin(memory, torch.arange(B * K, device=doc_logprobs.device))
 
@@ -63,7 +67,7 @@ def rag_token_decode(generator: Generator, memory: Memory, doc_logprobs: torch.T
         return rag_token_marginal(logprobs, doc_logprobs).reshape(B * n, -1)
 
     if cfg.num_beams == 1:
-        out = greedy_search(step, B, generator.start_token_id, cfg, doc_logprobs.device)
+        out = greedy_search(step, B, generator.start_token_id, cfg, doc_logprobs.device, on_step=on_step)
     else:
         out = beam_search(
             step,

@@ -256,11 +256,14 @@ class RAG(nn.Module):
         length_penalty: float = 1.0,
         n_best: int = 1,
         early_stopping: bool | str = False,
+        on_step=None,
     ) -> list[Answer]:
         """Answer each question with provenance: passages, p(z|x), p(z|x,y) and (RAG-Token) per-token
         document posteriors. RAG-Sequence uses Thorough or Fast decoding (``decoding``). ``num_beams=1``
         is greedy search; ``n_best > 1`` also returns the next-best hypotheses as ``alternatives``;
-        ``length_penalty``, ``min_new_tokens`` and ``early_stopping`` mean what they mean in transformers."""
+        ``length_penalty``, ``min_new_tokens`` and ``early_stopping`` mean what they mean in transformers.
+        ``on_step(position, tokens (B,))`` sees each token as it is chosen, for RAG-Token greedy search only
+        (streaming; RAG-Sequence and beam search know their answers only at the end)."""
         check_decoding_options(decoding, num_beams, max_new_tokens, min_new_tokens, length_penalty, n_best)
         questions = check_questions(questions)
         retrieval = self.retrieve(questions, k)
@@ -271,7 +274,7 @@ class RAG(nn.Module):
                               early_stopping=early_stopping)
         prior = retrieval.doc_logprobs
         if self.model_type == "rag-token":
-            decoded = rag_token_decode(self.generator, memory, prior, cfg)
+            decoded = rag_token_decode(self.generator, memory, prior, cfg, on_step=on_step)
         else:
             decoded = rag_sequence_decode(self.generator, memory, prior, cfg, decoding)
         answers = self._answers(questions, retrieval, memory, decoded.tokens[:, 0], max_new_tokens,

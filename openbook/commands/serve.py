@@ -1,0 +1,103 @@
+"""``openbook serve``: load the model once and answer over HTTP (FastAPI + uvicorn, :mod:`openbook.serve`).
+
+The model is built by :func:`openbook.commands.options.load_model` (as ``openbook ask`` builds it) in the
+background while the server already answers ``/healthz``; ``/readyz`` turns 200 when it is loaded. SIGTERM
+or Ctrl-C stops accepting connections, lets the requests in flight finish (at most ``--drain-s``) and exits.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import warnings
+from pathlib import Path
+
+from openbook.commands import options, positive_int
+from openbook.errors import InputError
+
+SERVE_DEFAULTS = {"dtype": "auto"}
+LOOPBACK = ("127.0.0.1", "localhost", "::1")
+
+
+def _positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if not value > 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a positive number, got {text}")
+    return value
+
+
+def register(subparsers) -> None:
+    """Add the ``serve`` command to the top-level ``subparsers``."""
+    serve = subparsers.add_parser(
+        "serve",
+        help="answer questions over HTTP: a JSON API with streaming, a web page, live knowledge-base swaps",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        description=(
+            "Load the model once and serve it: POST /v1/ask (JSON, or server-sent events with\n"
+            '"stream": true), /v1/retrieve, GET /v1/kb, admin edits and POST /v1/kb/swap (with a bearer\n'
+            "token), /healthz, /readyz, /metrics, the API's description at /docs and a web page at /."
+        ),
+        epilog=(
+            "examples:\n"
+            "  openbook serve --port 8000\n"
+            "  openbook serve --kb-root kbs --kb kbs/leaders-2016 --admin-token secret\n"
+            "  curl -s localhost:8000/v1/ask -H 'Content-Type: application/json' \\\n"
+            "       -d '{\"question\": \"Who wrote Hamlet?\"}'"
+        ),
+    )
+    serve.add_argument("--host", default="127.0.0.1", help="address to listen on (default: %(default)s, this machine only)")
+    serve.add_argument("--port", type=int, default=8000, help="TCP port (default: %(default)s)")
+    options.add_options(serve, "model", "run", "kb", "generator", "untrained", "encoder", "k", "dtype",
+                        defaults=SERVE_DEFAULTS)
+    serve.add_argument("--kb-root", metavar="DIR", default=None,
+                       help="folder of knowledge bases that POST /v1/kb/swap may switch to (by folder name)")
+    serve.add_argument("--admin-token", metavar="TOKEN", default=None,
+                       help="bearer token for edits and swaps (default: $OPENBOOK_ADMIN_TOKEN; without one the "
+                       "server is read-only)")
+    serve.add_argument("--max-batch-size", type=positive_int, default=8, metavar="N",
+                       help="most questions answered in one model batch (default: %(default)s; 1 turns batching off)")
+    serve.add_argument("--max-wait-ms", type=float, default=10.0, metavar="MS",
+                       help="how long the first request of a batch waits for others (default: %(default)s)")
+    serve.add_argument("--max-queue", type=positive_int, default=64, metavar="N",
+                       help="requests waiting beyond this get 503 with Retry-After (default: %(default)s)")
+    serve.add_argument("--timeout-s", type=_positive_float, default=60.0, metavar="S",
+                       help="a request not answered in this time gets 504 (default: %(default)s)")
+    serve.add_argument("--max-question-chars", type=positive_int, default=1000, metavar="N",
+                       help="longest question accepted (default: %(default)s)")
+    serve.add_argument("--cors-origin", action="append", default=[], metavar="ORIGIN",
+                       help="allow browser pages from ORIGIN to call the API (repeatable; default: none)")
+    serve.add_argument("--drain-s", type=_positive_float, default=30.0, metavar="S",
+                       help="on SIGTERM, how long requests in flight may take to finish (default: %(default)s)")
+    serve.set_defaults(handler=_cmd_serve, subparser=serve)
+
+
+def _cmd_serve(args: argparse.Namespace) -> int:
+    if not 0 < args.port < 65536:
+        raise InputError(f"--port must be between 1 and 65535, got {args.port}")
+    if args.max_wait_ms < 0:
+        raise InputError(f"--max-wait-ms must not be negative, got {args.max_wait_ms}")
+    if args.kb_root is not None and not Path(args.kb_root).is_dir():
+        raise InputError(f"--kb-root {args.kb_root} is not a folder")
+    if args.kb is not None and not Path(args.kb).is_dir():
+        raise InputError(f"knowledge base not found: {args.kb}")
+    token = args.admin_token or os.environ.get("OPENBOOK_ADMIN_TOKEN") or None
+    if args.host not in LOOPBACK:
+        warnings.warn(f"listening on {args.host}: anyone who can reach this address can ask questions"
+                      + ("" if token else " (edits stay off: no admin token)"), stacklevel=2)
+
+    import uvicorn
+
+    from openbook.serve import ServeConfig, create_app
+
+    config = ServeConfig(kb_root=args.kb_root, admin_token=token, max_batch_size=args.max_batch_size,
+                         max_wait_ms=args.max_wait_ms, max_queue=args.max_queue, timeout_s=args.timeout_s,
+                         max_question_chars=args.max_question_chars, cors_origins=args.cors_origin,
+                         load=lambda: options.load_model(args))
+    app = create_app(config)
+    server = uvicorn.Server(uvicorn.Config(app, host=args.host, port=args.port, timeout_graceful_shutdown=args.drain_s,
+                                           log_level="info", access_log=False))
+    server.run()
+    return 0

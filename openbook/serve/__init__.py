@@ -1,0 +1,13 @@
+"""``openbook serve``: RAG as an HTTP service (FastAPI + uvicorn).
+
+:func:`~openbook.serve.app.create_app` builds the app from a :class:`~openbook.serve.app.ServeConfig` (and,
+in tests and benchmarks, a loaded RAG model). Modules: :mod:`~openbook.serve.schemas` (the API's pydantic
+models), :mod:`~openbook.serve.routes` (the endpoints), :mod:`~openbook.serve.worker` (the model thread and
+its dynamic batches), :mod:`~openbook.serve.books` (the knowledge-base versions in use, swaps),
+:mod:`~openbook.serve.errors` (JSON errors) and :mod:`~openbook.serve.metrics` (Prometheus). The top layer:
+nothing below imports it.
+"""
+
+from openbook.serve.app import ServeConfig, create_app
+
+__all__ = ["ServeConfig", "create_app"]

@@ -1,0 +1,216 @@
+"""The FastAPI application: ``create_app(ServeConfig(...), rag=None)``.
+
+With ``rag`` given (tests, benchmarks) the app is ready at once; otherwise ``config.load()`` builds the
+model in a background thread when the app starts, and ``/readyz`` answers 503 until it is done (``/healthz``
+answers 200 throughout). Every model computation goes through the :class:`~openbook.serve.worker.Worker`
+thread; the endpoints only validate, queue and wait (module :mod:`openbook.serve.routes`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import logging
+import threading
+import time
+from collections.abc import Callable
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.middleware.cors import CORSMiddleware
+
+from openbook.serve.books import Books, passage_encoder
+from openbook.serve.errors import ApiError, ClientGone, as_api_error, install_handlers
+from openbook.serve.metrics import Metrics
+from openbook.serve.worker import Job, QueueFull, Worker, WorkerStopped
+
+log = logging.getLogger("openbook.serve")
+STATIC = Path(__file__).resolve().parent / "static"
+RETRY_AFTER_S = 1
+
+
+@dataclass
+class ServeConfig:
+    """The server's settings (``openbook serve``'s flags). ``load`` builds the model when no ``rag`` is
+    given to :func:`create_app`; ``passage_encoder`` (d(z), for admin edits) defaults to the encoder the
+    knowledge base was built with, loaded on the first edit."""
+
+    kb_root: str | None = None
+    admin_token: str | None = None
+    max_batch_size: int = 8
+    max_wait_ms: float = 10.0
+    max_queue: int = 64
+    timeout_s: float = 60.0
+    max_question_chars: int = 1000
+    cors_origins: list[str] = field(default_factory=list)
+    kb_name: str | None = None
+    load: Callable[[], Any] | None = field(default=None, repr=False)
+    passage_encoder: Any = field(default=None, repr=False)
+
+
+class Server:
+    """What the endpoints share: the config, model, knowledge bases, worker and metrics."""
+
+    def __init__(self, config: ServeConfig):
+        self.config = config
+        self.metrics = Metrics()
+        self.rag = None
+        self.books: Books | None = None
+        self.worker: Worker | None = None
+        self.load_error: str | None = None
+        self.admin_lock = asyncio.Lock()
+        self._encoder = config.passage_encoder
+        self._encoder_lock = threading.Lock()
+
+    @property
+    def ready(self) -> bool:
+        return self.worker is not None
+
+    def attach(self, rag) -> None:
+        """Serve ``rag``: its knowledge base becomes the current book and the worker starts."""
+        self.rag = rag
+        self.books = Books(rag.kb, self.config.kb_name, self.config.kb_root)
+        self.worker = Worker(rag, self.books, self.config.max_batch_size, self.config.max_wait_ms,
+                             self.config.max_queue, self.metrics)
+        self.worker.start()
+
+    def load(self) -> None:
+        try:
+            self.attach(self.config.load())
+        except Exception as error:  # shown by /readyz; the process keeps answering /healthz
+            self.load_error = str(error)
+            log.error("loading the model failed: %s", error)
+
+    def check_ready(self) -> None:
+        if not self.ready:
+            why = f"the model failed to load: {self.load_error}" if self.load_error else "the model is still loading"
+            raise ApiError(503, why, headers={"Retry-After": str(RETRY_AFTER_S)})
+
+    def document_encoder(self):
+        """d(z) for admin edits (worker thread only)."""
+        with self._encoder_lock:
+            if self._encoder is None:
+                self._encoder = passage_encoder(self.books.current.kb)
+            return self._encoder
+
+    # -- jobs ---------------------------------------------------------------------------------------
+
+    def submit(self, kind: str, questions: list[str] | None = None, options: dict | None = None,
+               fn=None, on_token=None) -> Job:
+        self.check_ready()
+        loop = asyncio.get_running_loop()
+        job = Job(kind, loop, loop.create_future(), list(questions or []), dict(options or {}), fn, on_token)
+        try:
+            return self.worker.submit(job)
+        except QueueFull as error:
+            raise ApiError(503, str(error), headers={"Retry-After": str(RETRY_AFTER_S)}) from None
+        except WorkerStopped as error:
+            raise ApiError(503, str(error)) from None
+
+    async def wait(self, job: Job, request: Request | None = None, timeout: float | None = None):
+        """The job's result; 504 after the timeout; :class:`ClientGone` if the client disconnects first.
+        A job given up on is dropped: the worker does not compute it if it has not started."""
+        timeout = self.config.timeout_s if timeout is None else timeout
+        watch = asyncio.ensure_future(_disconnect(request)) if request is not None else None
+        try:
+            waiting = {job.future} | ({watch} if watch is not None else set())
+            done, _ = await asyncio.wait(waiting, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            if watch is not None:
+                watch.cancel()
+        if job.future in done:
+            error = job.future.exception()
+            if error is not None:
+                raise as_api_error(error)
+            return job.future.result()
+        job.drop()
+        job.future.cancel()
+        if watch is not None and watch in done:
+            raise ClientGone()
+        raise ApiError(504, f"no answer within the server's timeout ({timeout:g} s)")
+
+    async def call(self, fn, timeout: float | None = None):
+        """Run ``fn()`` in the worker thread (between batches) and return its result."""
+        return (await self.wait(self.submit("call", fn=fn), timeout=timeout)).output
+
+    def check_admin(self, authorization: str | None) -> None:
+        token = self.config.admin_token
+        if not token:
+            raise ApiError(403, "read-only server: start it with --admin-token (or OPENBOOK_ADMIN_TOKEN) to allow edits")
+        scheme, _, given = (authorization or "").partition(" ")
+        if scheme.lower() != "bearer" or not hmac.compare_digest(given.strip().encode(), token.encode()):
+            raise ApiError(401, "a valid admin token is needed: Authorization: Bearer <token>",
+                           headers={"WWW-Authenticate": "Bearer"})
+
+
+async def _disconnect(request: Request) -> None:
+    """Return when the client of ``request`` disconnects."""
+    while True:
+        message = await request.receive()
+        if message.get("type") == "http.disconnect":
+            return
+
+
+class _Observe:
+    """ASGI middleware recording each HTTP request in the metrics (by route template, not raw path)."""
+
+    def __init__(self, app, metrics: Metrics):
+        self.app, self.metrics = app, metrics
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        start, status = time.perf_counter(), [500]
+
+        async def sending(message):
+            if message["type"] == "http.response.start":
+                status[0] = message["status"]
+            await send(message)
+
+        try:
+            await self.app(scope, receive, sending)
+        finally:
+            route = scope.get("route")
+            endpoint = getattr(route, "path", None) or "unmatched"
+            self.metrics.observe(endpoint, scope.get("method", ""), status[0], time.perf_counter() - start)
+
+
+def create_app(config: ServeConfig | None = None, rag=None) -> FastAPI:
+    """The server's FastAPI app (module docs)."""
+    from openbook import __version__
+    from openbook.serve.routes import install_routes
+
+    config = config or ServeConfig()
+    server = Server(config)
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI):
+        loading = None
+        if rag is not None:
+            server.attach(rag)
+        elif config.load is not None:
+            loading = asyncio.ensure_future(asyncio.to_thread(server.load))
+        else:
+            server.load_error = "no model given"
+        try:
+            yield
+        finally:
+            if loading is not None:
+                await loading
+            if server.worker is not None:
+                await asyncio.to_thread(server.worker.stop)
+
+    app = FastAPI(title="openbook", version=__version__, lifespan=lifespan,
+                  description="Retrieval-Augmented Generation (Lewis et al., 2020) as a service: answers with "
+                  "provenance, a swappable knowledge base, dynamic batching.")
+    app.state.server = server
+    install_handlers(app)
+    install_routes(app, server, STATIC)
+    app.add_middleware(_Observe, metrics=server.metrics)
+    if config.cors_origins:
+        app.add_middleware(CORSMiddleware, allow_origins=list(config.cors_origins), allow_methods=["GET", "POST", "PUT",
+                           "DELETE"], allow_headers=["Authorization", "Content-Type"])
+    return app

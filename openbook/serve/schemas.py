@@ -1,0 +1,184 @@
+"""The HTTP API's requests and responses as pydantic models, so that ``/openapi.json`` and ``/docs``
+describe exactly what the server takes and gives (the contract: docs/serve API, ``openbook serve --help``).
+
+The caps here (:data:`MAX_K`, :data:`MAX_BEAMS`, :data:`MAX_NEW_TOKENS`, :data:`MAX_QUESTIONS`,
+:data:`MAX_EDIT`) bound the work one request may ask for; the longest question is a server flag
+(``--max-question-chars``), checked by the app.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+MAX_K = 20  # passages per question (the paper's test-time sweep peaks well below this)
+MAX_BEAMS = 8
+MAX_NEW_TOKENS = 64  # short answers; `openbook ask` goes further offline
+MAX_QUESTIONS = 32  # questions in one request
+MAX_EDIT = 256  # passages (or ids) in one admin edit
+MAX_TEXT = 20_000  # characters of one passage's text or title
+
+Model = Literal["rag-sequence", "rag-token"]
+Decoding = Literal["fast", "thorough"]
+RetrieverName = Literal["dense", "bm25", "hybrid"]
+
+
+class Strict(BaseModel):
+    """Unknown fields are refused (a typo such as ``"beam"`` must not be silently ignored)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+
+Questions = str | list[str]
+
+
+def _check_questions(value: Questions) -> Questions:
+    items = [value] if isinstance(value, str) else value
+    if not items:
+        raise ValueError("give at least one question")
+    if len(items) > MAX_QUESTIONS:
+        raise ValueError(f"at most {MAX_QUESTIONS} questions per request, got {len(items)}")
+    for i, q in enumerate(items):
+        if not q.strip():
+            where = "the question" if isinstance(value, str) else f"question {i + 1}"
+            raise ValueError(f"{where} is empty")
+    return value
+
+
+class AskRequest(Strict):
+    question: Questions = Field(description=f"one question, or a list of at most {MAX_QUESTIONS}")
+    k: int = Field(5, ge=1, le=MAX_K, description="passages retrieved per question")
+    model: Model | None = Field(None, description="rag-sequence or rag-token (null: the server's model)")
+    decoding: Decoding = Field("fast", description="RAG-Sequence decoding: fast or thorough")
+    beams: int = Field(1, ge=1, le=MAX_BEAMS, description="beam size; 1 is greedy search")
+    max_new_tokens: int = Field(16, ge=1, le=MAX_NEW_TOKENS, description="longest answer, in generator tokens")
+    retriever: RetrieverName = Field("dense", description="dense (MIPS), bm25 or hybrid")
+    stream: bool = Field(False, description="server-sent events: `token` per generated token (RAG-Token, "
+                         "greedy), then `done` with the response object (or `error`)")
+
+    _questions = field_validator("question")(_check_questions)
+
+
+class RetrieveRequest(Strict):
+    question: Questions = Field(description=f"one question, or a list of at most {MAX_QUESTIONS}")
+    k: int = Field(5, ge=1, le=MAX_K)
+    retriever: RetrieverName = "dense"
+
+    _questions = field_validator("question")(_check_questions)
+
+
+class PassageOut(BaseModel):
+    id: str
+    title: str
+    text: str
+    score: float = Field(description="the retriever's score (d(z)^T q(x) for dense)")
+    prob: float = Field(description="p(z|x) over the top k")
+    posterior: float | None = Field(None, description="p(z|x,y) given the answer")
+
+
+class AnswerOut(BaseModel):
+    question: str
+    answer: str
+    model: Model
+    tokens: list[str]
+    passages: list[PassageOut]
+    token_posteriors: list[list[float]] | None = Field(
+        None, description="RAG-Token: p(z|x,y_<=t) per answer token, per passage (the paper's Figure 2)")
+    truncated: bool = Field(description="the answer hit max_new_tokens and was cut back to a whole word")
+
+
+class KBRef(BaseModel):
+    name: str
+    version: int
+
+
+class Timings(BaseModel):
+    queue_ms: float
+    compute_ms: float
+    total_ms: float
+
+
+class AskResponse(BaseModel):
+    answers: list[AnswerOut]
+    kb: KBRef = Field(description="the knowledge-base version every answer came from")
+    timings: Timings
+    batch_size: int = Field(description="questions answered in the same model batch")
+
+
+class TokenEvent(BaseModel):
+    index: int
+    token: str
+    text: str = Field(description="the answer so far")
+
+
+class RetrieveResult(BaseModel):
+    question: str
+    passages: list[PassageOut]
+
+
+class RetrieveResponse(BaseModel):
+    results: list[RetrieveResult]
+    kb: KBRef
+
+
+class KBInfo(BaseModel):
+    name: str
+    path: str
+    version: int
+    latest_version: int
+    num_passages: int
+    encoder: dict[str, Any]
+    versions: list[dict[str, Any]]
+    swappable: list[str] = Field(description="knowledge bases under the server's --kb-root")
+
+
+class NewPassage(Strict):
+    id: str | None = Field(None, min_length=1, max_length=200)
+    title: str = Field("", max_length=MAX_TEXT)
+    text: str = Field(min_length=1, max_length=MAX_TEXT)
+
+
+class ChangedPassage(Strict):
+    id: str = Field(min_length=1, max_length=200)
+    title: str | None = Field(None, max_length=MAX_TEXT)
+    text: str = Field(min_length=1, max_length=MAX_TEXT)
+
+
+class AddRequest(Strict):
+    passages: list[NewPassage] = Field(min_length=1, max_length=MAX_EDIT)
+
+
+class UpdateRequest(Strict):
+    passages: list[ChangedPassage] = Field(min_length=1, max_length=MAX_EDIT)
+
+
+class DeleteRequest(Strict):
+    ids: list[str] = Field(min_length=1, max_length=MAX_EDIT)
+
+
+class EditResponse(BaseModel):
+    kb: KBRef
+    changed: int
+
+
+class SwapRequest(Strict):
+    name: str = Field(min_length=1, max_length=255, description="a knowledge-base folder under --kb-root")
+    version: int | None = Field(None, ge=1, description="a version of it (null: its current version)")
+
+
+class SwapResponse(BaseModel):
+    kb: KBRef
+
+
+class ErrorDetail(BaseModel):
+    field: str | None = Field(description="the request field at fault (dotted), or null")
+    message: str
+
+
+class ErrorResponse(BaseModel):
+    error: ErrorDetail
+
+
+class Health(BaseModel):
+    status: str
