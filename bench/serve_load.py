@@ -1,26 +1,23 @@
 """Load benchmark of `openbook serve` (issue 11): latency and answers per second under concurrent clients.
 
-* batched: ``openbook serve`` is started as a subprocess on a free loopback port (the model options below
-  passed through; ``--max-batch-size`` the server's batch cap), and once ``/readyz`` answers, ``C``
-  concurrent httpx clients (C = 1, 8, 32) each send one question at a time to ``POST /v1/ask`` for
-  ``--seconds``; the questions cycle through ``--questions FILE`` (one per line) or bench/ask_latency.py's
-  30 general-knowledge questions, with ``openbook ask``'s default settings (greedy, Fast, 16 new tokens);
-* hot swap: on the same server, concurrency 32 again while ``POST /v1/kb/swap`` alternates every
-  ``--swap-every`` seconds between two knowledge bases built under a temporary ``--kb-root``: the 2016 and
-  2018 office holders of the hot-swap experiment (openbook/experiments/hot_swap.py, from ``--leaders``;
-  its changed-office questions are asked), or, without that file, two disjoint slices of the demo book.
-  An answer is *mixed-version* when a passage it returns is not a passage of the knowledge-base version
-  the answer names (so each answer is checked against one version);
-* unbatched: a fresh server with ``--max-batch-size 1``, concurrency 32;
-* offline bound: after the last server stopped (never sharing the CPU with it), the same model loaded
-  in this process answers the same questions with ``rag.ask`` in batches of the server's max batch size
-  for ``--seconds`` (after one untimed batch): the compute bound the server should reach.
+1. ``openbook serve`` starts as a subprocess on a free loopback port (the model options below passed through,
+   ``--max-batch-size`` its batch cap); once ``/readyz`` answers, C = 1, 8, 32 concurrent httpx clients each
+   send one question at a time to ``POST /v1/ask`` for ``--seconds``: ``--questions FILE`` (one per line) or
+   bench/ask_latency.py's 30 questions in turn, with ``openbook ask``'s defaults (greedy, Fast, 16 tokens).
+2. Hot swap, same server: concurrency 32 while ``POST /v1/kb/swap`` alternates every ``--swap-every`` s between
+   two knowledge bases under a temporary ``--kb-root``: the hot-swap experiment's 2016 and 2018 office
+   holders (openbook/experiments/hot_swap.py, from ``--leaders``; its changed-office questions are asked),
+   else two slices of the demo book. An answer is *mixed-version* when a passage it returns is not in the
+   knowledge-base version the answer names.
+3. Unbatched: a fresh server with ``--max-batch-size 1``, concurrency 32.
+4. Offline bound, after the last server stopped (never sharing the CPU with it): the same model in this
+   process answers the same questions with ``rag.ask`` in batches of the server's max batch size for
+   ``--seconds`` (after one untimed batch).
 
-Answers per second count the answers completed inside each ``--seconds`` window; latencies (client
-side, request sent to response read) are those of every answered request. Every phase is bounded (an
-in-flight request gets ``--request-timeout`` s, which is also the server's ``--timeout-s``), and the
-server is always stopped. Targets (issue 11): batching speedup >= 1.5x at concurrency 32, server
-efficiency (qps_c32_batched / offline_batch_qps) >= 0.9, 0 errors, 0 mixed-version answers.
+Answers per second count the answers completed inside each window; latencies (client side) are those of
+every answered request. Every phase is bounded (a request in flight gets ``--request-timeout`` s, also the
+server's ``--timeout-s``) and the server is always stopped. Targets (issue 11): batching speedup >= 1.5x
+at concurrency 32, server efficiency (qps_c32_batched / offline_batch_qps) >= 0.9, 0 errors, 0 mixed.
 
 Usage:  PYTHONPATH=. python bench/serve_load.py [--seconds 30] [--swap-every 5] [model options of openbook ask]
 
@@ -124,12 +121,6 @@ def result_line(levels: dict, *, offline_qps: float | None, swaps: int, swap_err
 # The server
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def model_flags(args) -> list[str]:
     """The model options of ``args`` as `openbook serve`/`openbook ask` flags (those that differ from the defaults)."""
     flags = []
@@ -144,7 +135,9 @@ class Server:
     """``openbook serve`` as a subprocess on a free loopback port, ready when entered, stopped on exit."""
 
     def __init__(self, flags: list[str], log: Path, startup_timeout: float, env: dict | None = None):
-        self.port = free_port()
+        with socket.socket() as s:  # a free port
+            s.bind(("127.0.0.1", 0))
+            self.port = s.getsockname()[1]
         self.url = f"http://127.0.0.1:{self.port}"
         self.command = [sys.executable, "-m", "openbook", "serve", "--host", "127.0.0.1", "--port", str(self.port), *flags]
         self.log, self.startup_timeout, self.env = log, startup_timeout, env
@@ -373,14 +366,17 @@ def offline_qps(args, questions: list[str], batch_size: int, settings: dict) -> 
 def parse_args(argv=None) -> argparse.Namespace:
     from openbook.commands import options
     from openbook.commands.ask import ASK_DEFAULTS
+    from openbook.serve import ServeConfig
 
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     options.add_options(p, "run", "model", "kb", "generator", "untrained", "encoder", "k", "dtype",
                         defaults={"dtype": ASK_DEFAULTS["dtype"]})
     p.add_argument("--seconds", type=float, default=30.0, help="length of each phase (default: %(default)s)")
     p.add_argument("--swap-every", type=float, default=5.0, help="seconds between swaps (default: %(default)s)")
-    p.add_argument("--max-batch-size", type=int, default=8, help="the server's batch cap (default: %(default)s)")
-    p.add_argument("--max-wait-ms", type=float, default=None, help="the server's batching wait (default: its own)")
+    p.add_argument("--max-batch-size", type=int, default=ServeConfig.max_batch_size,
+                   help="the server's batch cap, and the offline batch (default: the server's, %(default)s)")
+    p.add_argument("--max-wait-ms", type=float, default=None,
+                   help=f"the server's batching wait (default: its own, {ServeConfig.max_wait_ms})")
     p.add_argument("--request-timeout", type=float, default=120.0,
                    help="seconds a request may take, client and server side (default: %(default)s)")
     p.add_argument("--startup-timeout", type=float, default=600.0, help="seconds to wait for /readyz")
@@ -392,15 +388,6 @@ def parse_args(argv=None) -> argparse.Namespace:
     if min(args.seconds, args.swap_every, args.max_batch_size, args.request_timeout, args.swap_passages) <= 0:
         p.error("--seconds, --swap-every, --max-batch-size, --request-timeout and --swap-passages must be positive")
     return args
-
-
-def read_questions(path: str | None) -> list[str]:
-    if path is None:
-        return list(QUESTIONS)
-    questions = [line.strip() for line in Path(path).read_text(encoding="utf-8").splitlines() if line.strip()]
-    if not questions:
-        raise SystemExit(f"{path}: no questions")
-    return questions
 
 
 def serve_flags(args, max_batch_size: int) -> list[str]:
@@ -415,7 +402,10 @@ def main(argv=None) -> None:
     args = parse_args(argv)
     print_header()
     quiet()
-    questions = read_questions(args.questions)
+    questions = QUESTIONS if args.questions is None else [
+        line.strip() for line in Path(args.questions).read_text(encoding="utf-8").splitlines() if line.strip()]
+    if not questions:
+        raise SystemExit(f"{args.questions}: no questions")
     settings, _ = ask_settings(args.k or DEFAULT_K)
     body, levels = ask_body(settings), {}
     token = f"bench-{random.getrandbits(64):016x}"

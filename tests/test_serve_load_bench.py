@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import importlib
 import json
+import os
 import sys
 from collections import Counter
 from pathlib import Path
@@ -128,3 +129,50 @@ def test_the_clients_count_answers_errors_and_swaps(bench, monkeypatch):
     assert phase.batch_sizes == [2] * len(phase.latencies)
     assert {name for name, _, _ in phase.answers} <= {"a", "b"}  # the first swap lands before any question
     assert all(ids == [f"{name}:q1"] or ids == [f"{name}:q2"] for name, _, ids in phase.answers)
+
+
+def test_a_server_that_never_gets_ready_is_stopped_within_the_bound(bench, tmp_path):
+    server = bench.Server([], tmp_path / "log", startup_timeout=1.0)
+    server.command = [sys.executable, "-c", "import time; print('loading', flush=True); time.sleep(60)"]
+    with pytest.raises(SystemExit, match="not ready after 1 s"):
+        with server:
+            pass
+    assert server.process.poll() is not None  # stopped, not left behind
+    assert "loading" in server.tail()
+
+
+LEADERS = """iso3,country,role,person,person_qid,start,end,party,end_cause
+PER,Peru,head_of_state,Pedro Pablo Kuczynski,Q2,2016-07-28T00:00:00Z,2018-03-23T00:00:00Z,,
+PER,Peru,head_of_state,Martín Vizcarra,Q3,2018-03-23T00:00:00Z,2020-11-10T00:00:00Z,,
+FRA,França,head_of_state,François Hollande,Q4,2012-05-15T00:00:00Z,2017-05-14T00:00:00Z,,
+FRA,França,head_of_state,Emmanuel Macron,Q5,2017-05-14T00:00:00Z,,,
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(os.environ.get("OPENBOOK_SLOW") != "1",
+                    reason="starts `openbook serve` twice as a subprocess on a tiny saved model (about 10 s each "
+                    "here: importing torch, transformers and FastAPI); set OPENBOOK_SLOW=1 to run")
+def test_one_short_run_on_a_tiny_model(bench, tmp_path, capsys, monkeypatch):
+    from test_closed_book import save_tiny_models
+
+    gen_dir, enc_dir, kb_dir = save_tiny_models(tmp_path)
+    (tmp_path / "leaders.csv").write_text(LEADERS, encoding="utf-8")
+    real, servers = bench.Server, []
+
+    def recording(*args, **kwargs):
+        servers.append(real(*args, **kwargs))
+        return servers[-1]
+
+    monkeypatch.setattr(bench, "Server", recording)
+    bench.main(["--generator", str(gen_dir), "--encoder", str(enc_dir), "--kb", str(kb_dir), "--untrained", "--k", "2",
+                "--seconds", "1", "--swap-every", "0.3", "--leaders", str(tmp_path / "leaders.csv"),
+                "--startup-timeout", "300"])
+    line = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert line["errors"] == 0 and line["mixed_version_answers"] == 0 and line["swaps"] == 4  # first + 0.3/0.6/0.9 s
+    assert line["swap_books"] == ["leaders-2016", "leaders-2018"] and line["swap_questions"] == 2
+    assert set(line["levels"]) == {"c1", "c8", "c32", "c32_swap", "c32_unbatched"}
+    assert all(level["answers"] > 0 for level in line["levels"].values())
+    assert line["levels"]["c32_unbatched"]["mean_batch_size"] == 1.0 and line["levels"]["c32"]["mean_batch_size"] > 1
+    assert line["offline_batch_qps"] > 0 and line["qps_c32_batched"] == line["levels"]["c32"]["qps"]
+    assert len(servers) == 2 and all(s.process.poll() is not None for s in servers)  # both stopped
