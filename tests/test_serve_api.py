@@ -258,3 +258,91 @@ def test_cors_is_off_unless_an_origin_is_given(tiny):
             assert r.headers["access-control-allow-origin"] == "http://elsewhere.example"
 
     run(go())
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def test_openbook_serve_drains_in_flight_requests_on_sigterm(tiny, tmp_path):
+    """A real `openbook serve` on a tiny model saved to disk: ready, answers, and on SIGTERM finishes the
+    request in flight (held in the batch queue by --max-wait-ms) before exiting cleanly."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import threading
+    import time
+
+    import httpx
+
+    from openbook.models import load_encoder
+    from openbook.rag.assemble import build_knowledge_base
+
+    _, rag, encoder = tiny
+    gen_dir, enc_dir, kb_dir = tmp_path / "gen", tmp_path / "enc", tmp_path / "kb"
+    rag.generator.model.save_pretrained(gen_dir)
+    rag.generator.tokenizer.save_pretrained(gen_dir)
+    encoder.model.save_pretrained(enc_dir)
+    encoder.tokenizer.save_pretrained(enc_dir)
+    build_knowledge_base(PASSAGES, load_encoder(str(enc_dir)), kb_dir, progress=False)
+    port = _free_port()
+    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env = dict(os.environ, PYTHONPATH=repo + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    command = [sys.executable, "-m", "openbook", "serve", "--port", str(port), "--generator", str(gen_dir),
+               "--encoder", str(enc_dir), "--kb", str(kb_dir), "--untrained", "--dtype", "float32",
+               "--max-wait-ms", "1500", "--drain-s", "20"]
+    process = subprocess.Popen(command, env=env, cwd=repo, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 600  # seconds on a quiet machine; generous for a busy one
+        while True:
+            assert process.poll() is None, process.communicate()[1]
+            try:
+                if httpx.get(f"{base}/readyz", timeout=2).status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            assert time.monotonic() < deadline, "the server did not get ready"
+            time.sleep(0.2)
+        answers = []
+        asking = threading.Thread(target=lambda: answers.append(
+            httpx.post(f"{base}/v1/ask", json={"question": "capital of france", "max_new_tokens": 3}, timeout=60)))
+        asking.start()
+        time.sleep(0.5)  # the request now waits in the worker's queue for --max-wait-ms
+        process.send_signal(signal.SIGTERM)
+        asking.join(60)
+        assert answers and answers[0].status_code == 200, answers and answers[0].text
+        assert answers[0].json()["answers"][0]["question"] == "capital of france"
+        assert process.wait(60) == 0
+    finally:
+        if process.poll() is None:
+            process.kill()
+        process.communicate()
+
+
+def test_serve_command_refuses_bad_flags_in_one_line(tmp_path, capsys):
+    from openbook.cli import main
+
+    assert main(["serve", "--kb-root", str(tmp_path / "missing")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("openbook: error: --kb-root") and err.count("\n") == 1
+    assert main(["serve", "--port", "70000"]) == 2
+
+
+def test_serve_exits_with_the_loaders_one_line_error(monkeypatch, capsys):
+    """A model that cannot load stops the server (instead of a server that is never ready)."""
+    from openbook.cli import main
+    from openbook.commands import options
+    from openbook.errors import ModelLoadError
+
+    def fail(args):
+        raise ModelLoadError("generator 'nowhere' not found")
+
+    monkeypatch.setattr(options, "load_model", fail)
+    assert main(["serve", "--port", str(_free_port())]) == 2
+    assert "openbook: error: generator 'nowhere' not found" in capsys.readouterr().err

@@ -92,12 +92,23 @@ def _cmd_serve(args: argparse.Namespace) -> int:
 
     from openbook.serve import ServeConfig, create_app
 
+    failed: list[BaseException] = []
+
+    def load():
+        try:
+            return options.load_model(args)
+        except Exception as error:  # a model that cannot load ends the server with the loader's one-line error
+            failed.append(error)
+            server.should_exit = True
+            raise
+
     config = ServeConfig(kb_root=args.kb_root, admin_token=token, max_batch_size=args.max_batch_size,
                          max_wait_ms=args.max_wait_ms, max_queue=args.max_queue, timeout_s=args.timeout_s,
-                         max_question_chars=args.max_question_chars, cors_origins=args.cors_origin,
-                         load=lambda: options.load_model(args))
+                         max_question_chars=args.max_question_chars, cors_origins=args.cors_origin, load=load)
     app = create_app(config)
     server = uvicorn.Server(uvicorn.Config(app, host=args.host, port=args.port, timeout_graceful_shutdown=args.drain_s,
                                            log_level="info", access_log=False))
     server.run()
+    if failed:
+        raise failed[0]
     return 0

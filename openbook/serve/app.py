@@ -80,9 +80,8 @@ class Server:
     def load(self) -> None:
         try:
             self.attach(self.config.load())
-        except Exception as error:  # shown by /readyz; the process keeps answering /healthz
+        except Exception as error:  # shown by /readyz (`openbook serve` exits with the error)
             self.load_error = str(error)
-            log.error("loading the model failed: %s", error)
 
     def check_ready(self) -> None:
         if not self.ready:
