@@ -47,6 +47,7 @@ from pathlib import Path
 from _common import print_header, quiet
 from ask_latency import QUESTIONS, ask_settings, percentile
 
+REPO = Path(__file__).resolve().parents[1]
 LEVELS = (1, 8, 32)
 TOP = LEVELS[-1]
 DEFAULT_LEADERS = "../shared/data/wikidata-leaders-history.csv"
@@ -149,8 +150,9 @@ class Server:
         print(f"server:        {' '.join(self.command)}", flush=True)
         start = time.perf_counter()
         with open(self.log, "ab") as log:  # a file, not a pipe nobody reads
+            path = os.pathsep.join(filter(None, (str(REPO), os.environ.get("PYTHONPATH"))))  # this checkout's openbook
             self.process = subprocess.Popen(self.command, stdout=log, stderr=subprocess.STDOUT,
-                                            env={**os.environ, **(self.env or {})})
+                                            env={**os.environ, "PYTHONPATH": path, **(self.env or {})})
         try:
             while time.perf_counter() - start < self.startup_timeout:
                 if self.process.poll() is not None:
