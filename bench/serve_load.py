@@ -1,9 +1,10 @@
 """Load benchmark of `openbook serve` (issue 11): latency and answers per second under concurrent clients.
 
 1. ``openbook serve`` starts as a subprocess on a free loopback port (the model options below passed through,
-   ``--max-batch-size`` its batch cap); once ``/readyz`` answers, C = 1, 8, 32 concurrent httpx clients each
-   send one question at a time to ``POST /v1/ask`` for ``--seconds``: ``--questions FILE`` (one per line) or
-   bench/ask_latency.py's 30 questions in turn, with ``openbook ask``'s defaults (greedy, Fast, 16 tokens).
+   ``--max-batch-size`` its batch cap); once ``/readyz`` answers (then one untimed question), C = 1, 8 and 32
+   concurrent httpx clients each send one question at a time to ``POST /v1/ask`` for ``--seconds``: those of
+   ``--questions FILE`` (one a line) or bench/ask_latency.py's 30 questions in turn, with ``openbook ask``'s
+   defaults (greedy, Fast decoding, 16 new tokens).
 2. Hot swap, same server: concurrency 32 while ``POST /v1/kb/swap`` alternates every ``--swap-every`` s between
    two knowledge bases under a temporary ``--kb-root``: the hot-swap experiment's 2016 and 2018 office
    holders (openbook/experiments/hot_swap.py, from ``--leaders``; its changed-office questions are asked),
@@ -140,7 +141,8 @@ class Server:
             s.bind(("127.0.0.1", 0))
             self.port = s.getsockname()[1]
         self.url = f"http://127.0.0.1:{self.port}"
-        self.command = [sys.executable, "-m", "openbook", "serve", "--host", "127.0.0.1", "--port", str(self.port), *flags]
+        self.command = [sys.executable, "-m", "openbook", "serve", "--host", "127.0.0.1", "--port", str(self.port),
+                        *flags]
         self.log, self.startup_timeout, self.env = log, startup_timeout, env
         self.process = None
 
@@ -395,7 +397,8 @@ def parse_args(argv=None) -> argparse.Namespace:
 def serve_flags(args, max_batch_size: int) -> list[str]:
     """The flags of one `openbook serve` run: the model options, the batch cap, the timeout, the wait."""
     wait = ["--max-wait-ms", str(args.max_wait_ms)] if args.max_wait_ms is not None else []
-    return [*model_flags(args), "--max-batch-size", str(max_batch_size), "--timeout-s", str(args.request_timeout), *wait]
+    return [*model_flags(args), "--max-batch-size", str(max_batch_size), "--timeout-s", str(args.request_timeout),
+            *wait]
 
 
 def main(argv=None) -> None:
@@ -412,6 +415,14 @@ def main(argv=None) -> None:
     body, levels = ask_body(settings), {}
     token = f"bench-{random.getrandbits(64):016x}"
 
+    def warm(server):  # one untimed question, as the offline bound has one untimed batch
+        import httpx
+
+        response = httpx.post(f"{server.url}/v1/ask", json={"question": questions[0], **body},
+                              timeout=args.request_timeout)
+        if response.status_code != 200:
+            raise SystemExit(f"the warm-up question failed: HTTP {response.status_code} {response.text[:300]}")
+
     def run(server, name, concurrency, qs, swapper=None):
         phase = asyncio.run(drive(server.url, concurrency, args.seconds, qs, body, args.request_timeout, swapper))
         levels[name] = phase_figures(phase, concurrency)
@@ -423,6 +434,7 @@ def main(argv=None) -> None:
         names, swap_questions = swap_books(args, root)
         batched = [*serve_flags(args, args.max_batch_size), "--kb-root", str(root)]
         with Server(batched, log, args.startup_timeout, env={ADMIN_TOKEN_ENV: token}) as server:
+            warm(server)
             for concurrency in LEVELS:
                 run(server, f"c{concurrency}", concurrency, questions)
             swapper = Swapper(names, args.swap_every, token)
@@ -431,6 +443,7 @@ def main(argv=None) -> None:
         mixed = mixed_version_answers(swap_phase.answers, passage_ids_under(root))
         print(f"swaps {swaps['swaps']} (failed {swaps['swap_errors']}), mixed-version answers {mixed}", flush=True)
         with Server(serve_flags(args, 1), log, args.startup_timeout) as server:
+            warm(server)
             run(server, f"c{TOP}_unbatched", TOP, questions)
     bound = offline_qps(args, questions, args.max_batch_size, settings)  # after the servers stopped
     print(f"offline rag.ask in batches of {args.max_batch_size}: {bound} answers/s", flush=True)
