@@ -15,16 +15,9 @@ from openbook.models.generators import Seq2SeqGenerator
 from openbook.rag import RAG
 from openbook.rag.assemble import build_knowledge_base
 from openbook.serve import ServeConfig, create_app
+from test_rag_model import PASSAGES, tiny_encoder
 from tiny import bart_tokenizer, tiny_bart
 
-PASSAGES = [
-    Passage("p0", "Paris", "paris is the capital of france"),
-    Passage("p1", "Hemingway", "ernest hemingway wrote the sun rises"),
-    Passage("p2", "Nobel", "the first nobel prize in physics"),
-    Passage("p3", "Everest", "everest is the largest mountain"),
-    Passage("p4", "Pacific", "the pacific is the largest ocean"),
-    Passage("p5", "Peru", "the president of peru"),
-]
 OTHER = [Passage(f"q{i}", f"Other {i}", text) for i, text in enumerate(
     ["the king of france", "the queen wrote a novel", "music in europe", "the war of the year"])]
 QUESTIONS = ["who wrote the sun rises", "capital of france", "largest ocean", "the first nobel prize",
@@ -34,8 +27,6 @@ QUESTIONS = ["who wrote the sun rises", "capital of france", "largest ocean", "t
 def tiny_rag(root: Path, model: str = "rag-token"):
     """A tiny RAG over knowledge base ``root/kbs/main`` (``root/kbs/other`` is a second one to swap to),
     and its encoder."""
-    from test_rag_model import tiny_encoder
-
     encoder = tiny_encoder()
     kbs = root / "kbs"
     kb = build_knowledge_base(PASSAGES, encoder, kbs / "main", progress=False)

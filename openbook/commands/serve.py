@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 import warnings
 from pathlib import Path
 
@@ -96,11 +97,13 @@ def _cmd_serve(args: argparse.Namespace) -> int:
 
     def load():
         try:
-            return options.load_model(args)
+            rag = options.load_model(args)
         except Exception as error:  # a model that cannot load ends the server with the loader's one-line error
             failed.append(error)
             server.should_exit = True
             raise
+        print(f"openbook: model loaded; answering at http://{args.host}:{args.port}/ (API: /docs)", file=sys.stderr)
+        return rag
 
     config = ServeConfig(kb_root=args.kb_root, admin_token=token, max_batch_size=args.max_batch_size,
                          max_wait_ms=args.max_wait_ms, max_queue=args.max_queue, timeout_s=args.timeout_s,

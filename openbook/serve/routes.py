@@ -68,7 +68,7 @@ def install_routes(app: FastAPI, server, static: Path) -> None:
         received = time.perf_counter()
         questions = _questions(body.question, config.max_question_chars)
         server.check_ready()
-        model = body.model or server.rag.model_type
+        model = body.model or server.default_model
         options = {"k": body.k, "num_beams": body.beams, "max_new_tokens": body.max_new_tokens,
                    "retriever": body.retriever, "model": model,
                    "decoding": body.decoding if model == "rag-sequence" else "fast"}
