@@ -1,0 +1,461 @@
+"""Load benchmark of `openbook serve` (issue 11): latency and answers per second under concurrent clients.
+
+1. ``openbook serve`` starts as a subprocess on a free loopback port (the model options below passed through,
+   ``--max-batch-size`` its batch cap); once ``/readyz`` answers (then one untimed question), C = 1, 8 and 32
+   concurrent httpx clients each send one question at a time to ``POST /v1/ask`` for ``--seconds``: those of
+   ``--questions FILE`` (one a line) or bench/ask_latency.py's 30 questions in turn, with ``openbook ask``'s
+   defaults (greedy, Fast decoding, 16 new tokens).
+2. Hot swap, same server: concurrency 32 while ``POST /v1/kb/swap`` alternates every ``--swap-every`` s between
+   two knowledge bases under a temporary ``--kb-root``: the hot-swap experiment's 2016 and 2018 office
+   holders (openbook/experiments/hot_swap.py, from ``--leaders``; its changed-office questions are asked),
+   else two slices of the demo book. An answer is *mixed-version* when a passage it returns is not in the
+   knowledge-base version the answer names.
+3. Unbatched: a fresh server with ``--max-batch-size 1``, concurrency 32.
+4. Offline bound, after the last server stopped (never sharing the CPU with it): the same model in this
+   process answers the same questions with ``rag.ask`` in batches of the server's max batch size for
+   ``--seconds`` (after one untimed batch).
+
+Answers per second count the answers completed inside each window; latencies (client side) are those of
+every answered request. Every phase is bounded (a request in flight gets ``--request-timeout`` s, also the
+server's ``--timeout-s``) and the server is always stopped. Targets (issue 11): batching speedup >= 1.5x
+at concurrency 32, server efficiency (qps_c32_batched / offline_batch_qps) >= 0.9, 0 errors, 0 mixed.
+
+Usage:  PYTHONPATH=. python bench/serve_load.py [--seconds 30] [--swap-every 5] [model options of openbook ask]
+
+It ends with one JSON line: ``qps_c32_batched``, ``qps_c32_unbatched``, ``batching_speedup``,
+``offline_batch_qps``, ``server_efficiency``, ``p99_ms_c8``, ``errors``, ``swaps``,
+``mixed_version_answers`` and ``levels`` (each phase's answers, qps, p50/p95/p99/mean ms, errors).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import random
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from _common import print_header, quiet
+from ask_latency import QUESTIONS, ask_settings, percentile
+
+REPO = Path(__file__).resolve().parents[1]
+LEVELS = (1, 8, 32)
+TOP = LEVELS[-1]
+DEFAULT_LEADERS = "../shared/data/wikidata-leaders-history.csv"
+ADMIN_TOKEN_ENV = "OPENBOOK_ADMIN_TOKEN"
+TARGETS = {"batching_speedup": 1.5, "server_efficiency": 0.9, "errors": 0, "mixed_version_answers": 0}
+
+
+# --------------------------------------------------------------------------------------------------
+# The figures (pure)
+
+
+@dataclass
+class Phase:
+    """What the clients of one phase saw."""
+    seconds: float  # the window length
+    latencies: list[float] = field(default_factory=list)  # seconds, every answered request
+    in_window: int = 0  # answers completed inside the window
+    errors: Counter = field(default_factory=Counter)  # kind -> count
+    batch_sizes: list[int] = field(default_factory=list)  # the server's batch of each answer
+    answers: list[tuple] = field(default_factory=list)  # (kb name, kb version, passage ids) of each answer
+
+
+def latency_ms(latencies: list[float]) -> dict:
+    """p50/p95/p99/mean of ``latencies`` (seconds) in milliseconds; None without any."""
+    if not latencies:
+        return {"p50_ms": None, "p95_ms": None, "p99_ms": None, "mean_ms": None}
+    return {f"p{q}_ms": round(1000 * percentile(latencies, q), 1) for q in (50, 95, 99)} | {
+        "mean_ms": round(1000 * statistics.fmean(latencies), 1)}
+
+
+def phase_figures(phase: Phase, concurrency: int) -> dict:
+    return {"concurrency": concurrency, "seconds": phase.seconds, "answers": len(phase.latencies),
+            "qps": round(phase.in_window / phase.seconds, 3), **latency_ms(phase.latencies),
+            "mean_batch_size": round(statistics.fmean(phase.batch_sizes), 2) if phase.batch_sizes else None,
+            "errors": sum(phase.errors.values()), "error_kinds": dict(phase.errors)}
+
+
+def mixed_version_answers(answers, passage_ids) -> int:
+    """How many ``(kb name, version, passage ids)`` answers hold a passage that the knowledge base ``name`` does
+    not have at ``version``; ``passage_ids(name, version)`` is that set, or None if unknown (counted as mixed:
+    nothing shows the answer came from one version)."""
+    mixed = 0
+    for name, version, ids in answers:
+        known = passage_ids(name, version)
+        mixed += known is None or any(str(i) not in known for i in ids)
+    return mixed
+
+
+def _ratio(a, b):
+    return round(a / b, 3) if a is not None and b else None
+
+
+def result_line(levels: dict, *, offline_qps: float | None, swaps: int, swap_errors: int, mixed: int,
+                extra: dict) -> dict:
+    """The final JSON line from the per-phase figures ``levels`` (keys ``c1 c8 c32 c32_swap c32_unbatched``)."""
+    batched, unbatched = levels[f"c{TOP}"]["qps"], levels.get(f"c{TOP}_unbatched", {}).get("qps")
+    errors = sum(level["errors"] for level in levels.values()) + swap_errors
+    line = {
+        f"qps_c{TOP}_batched": batched, f"qps_c{TOP}_unbatched": unbatched,
+        "batching_speedup": _ratio(batched, unbatched), "offline_batch_qps": offline_qps,
+        "server_efficiency": _ratio(batched, offline_qps), "p99_ms_c8": levels["c8"]["p99_ms"],
+        "errors": errors, "swaps": swaps, "swap_errors": swap_errors, "mixed_version_answers": mixed,
+    }
+    line["meets_targets"] = bool(
+        (line["batching_speedup"] or 0) >= TARGETS["batching_speedup"]
+        and (line["server_efficiency"] or 0) >= TARGETS["server_efficiency"]
+        and errors == TARGETS["errors"] and mixed == TARGETS["mixed_version_answers"])
+    return {**line, "targets": TARGETS, "levels": levels, **extra}
+
+
+# --------------------------------------------------------------------------------------------------
+# The server
+
+
+def model_flags(args) -> list[str]:
+    """The model options of ``args`` as `openbook serve`/`openbook ask` flags (those that differ from the defaults)."""
+    flags = []
+    for flag, value in (("--run", args.run), ("--model", args.model), ("--kb", args.kb), ("--encoder", args.encoder),
+                        ("--generator", None if args.generator == "default" else args.generator), ("--k", args.k),
+                        ("--dtype", args.dtype)):
+        flags += [flag, str(value)] if value is not None else []
+    return flags + (["--untrained"] if args.untrained else [])
+
+
+class Server:
+    """``openbook serve`` as a subprocess on a free loopback port, ready when entered, stopped on exit."""
+
+    def __init__(self, flags: list[str], log: Path, startup_timeout: float, env: dict | None = None):
+        with socket.socket() as s:  # a free port
+            s.bind(("127.0.0.1", 0))
+            self.port = s.getsockname()[1]
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.command = [sys.executable, "-m", "openbook", "serve", "--host", "127.0.0.1", "--port", str(self.port),
+                        *flags]
+        self.log, self.startup_timeout, self.env = log, startup_timeout, env
+        self.process = None
+
+    def __enter__(self) -> Server:
+        import httpx
+
+        print(f"server:        {' '.join(self.command)}", flush=True)
+        start = time.perf_counter()
+        with open(self.log, "ab") as log:  # a file, not a pipe nobody reads
+            path = os.pathsep.join(filter(None, (str(REPO), os.environ.get("PYTHONPATH"))))  # this checkout's openbook
+            self.process = subprocess.Popen(self.command, stdout=log, stderr=subprocess.STDOUT,
+                                            env={**os.environ, "PYTHONPATH": path, **(self.env or {})})
+        try:
+            while time.perf_counter() - start < self.startup_timeout:
+                if self.process.poll() is not None:
+                    raise SystemExit(f"openbook serve exited with status {self.process.returncode}:\n{self.tail()}")
+                try:
+                    if httpx.get(f"{self.url}/readyz", timeout=5).status_code == 200:
+                        print(f"ready after:   {time.perf_counter() - start:.1f} s", flush=True)
+                        return self
+                except httpx.TransportError:
+                    pass
+                time.sleep(0.25)
+            raise SystemExit(f"openbook serve not ready after {self.startup_timeout:.0f} s:\n{self.tail()}")
+        except BaseException:
+            self.stop()
+            raise
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+    def stop(self) -> None:
+        if self.process is None or self.process.poll() is not None:
+            return
+        self.process.send_signal(signal.SIGTERM)  # drains in-flight requests, then exits
+        try:
+            self.process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+
+    def tail(self, lines: int = 30) -> str:
+        return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
+
+
+# --------------------------------------------------------------------------------------------------
+# The clients
+
+
+def ask_body(settings: dict) -> dict:
+    """The fields of a ``POST /v1/ask`` body that ask ``rag.ask(**settings)`` (apart from the question)."""
+    return {"k": settings["k"], "beams": settings["num_beams"], "decoding": settings["decoding"],
+            "max_new_tokens": settings["max_new_tokens"]}
+
+
+def parse_answer(response) -> tuple[int, str, int, list]:
+    """``(batch size, kb name, kb version, passage ids)`` of a ``POST /v1/ask`` response to one question;
+    ValueError naming what is wrong if it is not a 200 with one answer."""
+    if response.status_code != 200:
+        raise ValueError(f"http {response.status_code}")
+    try:
+        data = response.json()
+        (answer,) = data["answers"]
+        return int(data["batch_size"]), data["kb"]["name"], data["kb"]["version"], [p["id"] for p in answer["passages"]]
+    except (ValueError, KeyError, TypeError) as error:
+        raise ValueError("malformed response") from error
+
+
+class Swapper:
+    """Swaps the served knowledge base: to ``names[0]`` before a phase starts (:meth:`first`), then to the next of
+    ``names`` every ``every`` seconds while it runs (:meth:`during`), counting ``swaps`` and ``swap_errors``."""
+
+    def __init__(self, names: list[str], every: float, token: str):
+        self.names, self.every, self.token, self.counts = names, every, token, Counter()
+
+    async def to(self, client, name: str) -> None:
+        import httpx
+
+        try:
+            response = await client.post("/v1/kb/swap", json={"name": name, "version": None},
+                                         headers={"Authorization": f"Bearer {self.token}"})
+            ok = response.status_code == 200
+        except httpx.HTTPError:
+            ok = False
+        self.counts["swaps" if ok else "swap_errors"] += 1
+
+    async def first(self, client) -> None:
+        await self.to(client, self.names[0])
+
+    async def during(self, client, start: float, deadline: float) -> None:
+        """Swap at ``start + every``, ``start + 2 every``, ... before ``deadline`` (clock times)."""
+        turn = 1
+        while start + turn * self.every < deadline:
+            await asyncio.sleep(max(0.0, start + turn * self.every - time.perf_counter()))
+            await self.to(client, self.names[turn % len(self.names)])
+            turn += 1
+
+
+async def drive(url: str, concurrency: int, seconds: float, questions: list[str], body: dict, request_timeout: float,
+                swapper: Swapper | None = None) -> Phase:
+    """``concurrency`` clients, each asking one question at a time until ``seconds`` have passed; with ``swapper``
+    swapping the knowledge base first and then alongside. Bounded: requests in flight at the end get
+    ``request_timeout`` s; anything still running after that is cancelled and counted as an error."""
+    import httpx
+
+    phase, turn = Phase(seconds), iter(range(10**12))
+    limits = httpx.Limits(max_connections=concurrency + 1, max_keepalive_connections=concurrency + 1)
+    async with httpx.AsyncClient(base_url=url, timeout=request_timeout, limits=limits) as client:
+        if swapper is not None:
+            await swapper.first(client)
+        start = time.perf_counter()
+        deadline = start + seconds
+
+        async def one_client():
+            while time.perf_counter() < deadline:
+                question = questions[next(turn) % len(questions)]
+                sent = time.perf_counter()
+                try:
+                    response = await client.post("/v1/ask", json={"question": question, **body})
+                    end = time.perf_counter()
+                    answer = parse_answer(response)
+                except (httpx.HTTPError, ValueError) as error:
+                    phase.errors[str(error) if isinstance(error, ValueError) else type(error).__name__] += 1
+                    await asyncio.sleep(0.05)  # a failing server is not hammered in a tight loop
+                    continue
+                phase.latencies.append(end - sent)
+                phase.in_window += end <= deadline
+                phase.batch_sizes.append(answer[0])
+                phase.answers.append(answer[1:])
+
+        tasks = [asyncio.ensure_future(one_client()) for _ in range(concurrency)]
+        if swapper is not None:
+            tasks.append(asyncio.ensure_future(swapper.during(client, start, deadline)))
+        done, pending = await asyncio.wait(tasks, timeout=seconds + request_timeout + 10)
+        for task in pending:
+            task.cancel()
+            phase.errors["cancelled at the phase's bound"] += 1
+        await asyncio.gather(*pending, return_exceptions=True)
+        for task in done:
+            if task.exception() is not None:
+                phase.errors[type(task.exception()).__name__] += 1
+    return phase
+
+
+# --------------------------------------------------------------------------------------------------
+# The two knowledge bases of the swap phase, and the offline bound
+
+
+def document_encoder(args) -> str:
+    """The encoder the served model's knowledge bases are built with: a run's (``--run``, or the shipped
+    default these options mean) untrained document encoder, else ``--encoder`` or that of ``--kb``."""
+    from openbook.rag.assemble import encoder_name, read_run_spec, shipped_default
+
+    run = args.run or shipped_default(model=args.model, generator=args.generator, encoder=args.encoder,
+                                      untrained=args.untrained)
+    return read_run_spec(run)["encoder"] if run else encoder_name(args.encoder, args.kb)
+
+
+def swap_books(args, root: Path) -> tuple[list[str], list[str]]:
+    """Build two knowledge bases under ``root``; return their names and the questions to ask."""
+    from openbook.models import load_encoder
+    from openbook.rag.assemble import build_knowledge_base
+
+    if Path(args.leaders).is_file():
+        from openbook.experiments import hot_swap as hs
+
+        rows = hs.read_leaders(args.leaders)
+        old, new = (hs.holders_on(rows, date) for date in hs.ERAS)
+        books = {"leaders-2016": hs.passages_for(old, "2016"), "leaders-2018": hs.passages_for(new, "2018")}
+        questions = [hs.question(o) for o in hs.changed_offices(old, new)]
+    else:
+        from openbook.corpus import read_passages
+        from openbook.data import demo_passages_path
+
+        print(f"no {args.leaders}: the swap phase alternates two slices of the demo book", flush=True)
+        passages, n = read_passages(demo_passages_path()), args.swap_passages
+        first = [p for _, p in zip(range(2 * n), passages)]
+        books = {"demo-a": first[:n], "demo-b": first[n:]}
+        questions = []
+    encoder = load_encoder(document_encoder(args))
+    for name, passages in books.items():
+        build_knowledge_base(passages, encoder, root / name, progress=False)
+    return list(books), questions
+
+
+def passage_ids_under(root: Path):
+    """``passage_ids(name, version)`` for :func:`mixed_version_answers`: the passage ids of the knowledge
+    base ``root/name`` at ``version`` (cached), or None if there is no such knowledge base."""
+    from openbook.index import KnowledgeBase
+
+    cache = {}
+
+    def passage_ids(name, version):
+        if (name, version) not in cache:
+            path = root / Path(str(name)).name
+            try:
+                kb = KnowledgeBase.load(path, version=version)
+            except Exception:  # noqa: BLE001 - an unknown name or version: the answer cannot be verified
+                cache[name, version] = None
+            else:
+                cache[name, version] = {str(p.id) for p in kb}
+                kb.store.close()
+        return cache[name, version]
+
+    return passage_ids
+
+
+def offline_qps(args, questions: list[str], batch_size: int, settings: dict) -> float:
+    """Answers per second of ``rag.ask`` in this process, in batches of ``batch_size``, for ``--seconds``."""
+    from openbook.commands import options
+
+    rag = options.load_model(args)
+    batches = [[questions[(start + i) % len(questions)] for i in range(batch_size)]
+               for start in range(0, len(questions), batch_size)]
+    rag.ask(batches[0], **settings)  # untimed warm-up
+    answered, start = 0, time.perf_counter()
+    while time.perf_counter() - start < args.seconds:
+        answered += len(rag.ask(batches[(answered // batch_size) % len(batches)], **settings))
+    return round(answered / (time.perf_counter() - start), 3)
+
+
+# --------------------------------------------------------------------------------------------------
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    from openbook.commands import options
+    from openbook.commands.ask import ASK_DEFAULTS
+    from openbook.serve import ServeConfig
+
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    options.add_options(p, "run", "model", "kb", "generator", "untrained", "encoder", "k", "dtype",
+                        defaults={"dtype": ASK_DEFAULTS["dtype"]})
+    p.add_argument("--seconds", type=float, default=30.0, help="length of each phase (default: %(default)s)")
+    p.add_argument("--swap-every", type=float, default=5.0, help="seconds between swaps (default: %(default)s)")
+    p.add_argument("--max-batch-size", type=int, default=ServeConfig.max_batch_size,
+                   help="the server's batch cap, and the offline batch (default: the server's, %(default)s)")
+    p.add_argument("--max-wait-ms", type=float, default=None,
+                   help=f"the server's batching wait (default: its own, {ServeConfig.max_wait_ms})")
+    p.add_argument("--request-timeout", type=float, default=120.0,
+                   help="seconds a request may take, client and server side (default: %(default)s)")
+    p.add_argument("--startup-timeout", type=float, default=600.0, help="seconds to wait for /readyz")
+    p.add_argument("--questions", metavar="FILE", default=None, help="questions, one per line (default: built in)")
+    p.add_argument("--leaders", metavar="CSV", default=DEFAULT_LEADERS,
+                   help="office holders for the swap phase (default: %(default)s; without it: demo book slices)")
+    p.add_argument("--swap-passages", type=int, default=500, help="passages per demo slice (without --leaders)")
+    args = p.parse_args(argv)
+    if min(args.seconds, args.swap_every, args.max_batch_size, args.request_timeout, args.swap_passages) <= 0:
+        p.error("--seconds, --swap-every, --max-batch-size, --request-timeout and --swap-passages must be positive")
+    return args
+
+
+def serve_flags(args, max_batch_size: int) -> list[str]:
+    """The flags of one `openbook serve` run: the model options, the batch cap, the timeout, the wait."""
+    wait = ["--max-wait-ms", str(args.max_wait_ms)] if args.max_wait_ms is not None else []
+    return [*model_flags(args), "--max-batch-size", str(max_batch_size), "--timeout-s", str(args.request_timeout),
+            *wait]
+
+
+def main(argv=None) -> None:
+    from openbook.commands.options import DEFAULT_K
+
+    args = parse_args(argv)
+    print_header()
+    quiet()
+    questions = QUESTIONS if args.questions is None else [
+        line.strip() for line in Path(args.questions).read_text(encoding="utf-8").splitlines() if line.strip()]
+    if not questions:
+        raise SystemExit(f"{args.questions}: no questions")
+    settings, _ = ask_settings(args.k or DEFAULT_K)
+    body, levels = ask_body(settings), {}
+    token = f"bench-{random.getrandbits(64):016x}"
+
+    def warm(server):  # one untimed question, as the offline bound has one untimed batch
+        import httpx
+
+        response = httpx.post(f"{server.url}/v1/ask", json={"question": questions[0], **body},
+                              timeout=args.request_timeout)
+        if response.status_code != 200:
+            raise SystemExit(f"the warm-up question failed: HTTP {response.status_code} {response.text[:300]}")
+
+    def run(server, name, concurrency, qs, swapper=None):
+        phase = asyncio.run(drive(server.url, concurrency, args.seconds, qs, body, args.request_timeout, swapper))
+        levels[name] = phase_figures(phase, concurrency)
+        print(f"{name:14s} {json.dumps(levels[name])}", flush=True)
+        return phase
+
+    with tempfile.TemporaryDirectory(prefix="serve-load-") as tmp:
+        root, log = Path(tmp) / "kb-root", Path(tmp) / "server.log"
+        names, swap_questions = swap_books(args, root)
+        batched = [*serve_flags(args, args.max_batch_size), "--kb-root", str(root)]
+        with Server(batched, log, args.startup_timeout, env={ADMIN_TOKEN_ENV: token}) as server:
+            warm(server)
+            for concurrency in LEVELS:
+                run(server, f"c{concurrency}", concurrency, questions)
+            swapper = Swapper(names, args.swap_every, token)
+            swap_phase = run(server, f"c{TOP}_swap", TOP, swap_questions or questions, swapper)
+        swaps = swapper.counts
+        mixed = mixed_version_answers(swap_phase.answers, passage_ids_under(root))
+        print(f"swaps {swaps['swaps']} (failed {swaps['swap_errors']}), mixed-version answers {mixed}", flush=True)
+        with Server(serve_flags(args, 1), log, args.startup_timeout) as server:
+            warm(server)
+            run(server, f"c{TOP}_unbatched", TOP, questions)
+    bound = offline_qps(args, questions, args.max_batch_size, settings)  # after the servers stopped
+    print(f"offline rag.ask in batches of {args.max_batch_size}: {bound} answers/s", flush=True)
+    result = result_line(levels, offline_qps=bound, swaps=swaps["swaps"], swap_errors=swaps["swap_errors"],
+                         mixed=mixed, extra={
+                             "settings": {**settings, "dtype": args.dtype, "max_batch_size": args.max_batch_size,
+                                          "max_wait_ms": args.max_wait_ms, "seconds": args.seconds,
+                                          "swap_every": args.swap_every, "model_flags": model_flags(args)},
+                             "questions": len(questions), "swap_books": names, "swap_questions": len(swap_questions),
+                             "cpu_count": os.cpu_count(), "load_average_1min": round(os.getloadavg()[0], 2)})
+    print(json.dumps(result))
+
+
+if __name__ == "__main__":
+    main()
