@@ -127,13 +127,18 @@ def test_full_queue_is_503_with_retry_after_and_timeouts_are_504(tiny):
     assert app.state.server.worker.batches == 1  # only the blocking call ran
 
 
+def _ask_scope(body: bytes) -> dict:
+    """The ASGI scope of ``POST /v1/ask`` with a JSON ``body``."""
+    return {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "POST", "scheme": "http",
+            "path": "/v1/ask", "raw_path": b"/v1/ask", "query_string": b"", "root_path": "",
+            "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())],
+            "client": ("127.0.0.1", 1234), "server": ("test", 80), "state": {}}
+
+
 async def _ask_and_disconnect(app, question: str) -> list[dict]:
     """Call the ASGI app directly as a client that sends its request and hangs up at once."""
     body = json.dumps({"question": question}).encode()
-    scope = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "POST", "scheme": "http",
-             "path": "/v1/ask", "raw_path": b"/v1/ask", "query_string": b"", "root_path": "",
-             "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())],
-             "client": ("127.0.0.1", 1234), "server": ("test", 80), "state": {}}
+    scope = _ask_scope(body)
     sent, messages = [], [{"type": "http.request", "body": body, "more_body": False}]
 
     async def receive():
@@ -168,3 +173,54 @@ def test_a_client_that_disconnects_before_its_batch_costs_no_compute(tiny):
 
     app = run(go())
     assert app.state.server.worker.batches == 1  # the blocking call only: the gone client's question never ran
+
+
+def test_token_events_leave_while_the_model_is_still_decoding(tiny, monkeypatch):
+    """Streaming is real: each token event is sent as its step is decoded, not all at the end."""
+    import openbook.serve.worker as worker
+
+    root, rag, encoder = tiny
+    steps: list[float] = []
+    step = worker._Streamer.step
+
+    def slow_step(self, position, tokens):
+        step(self, position, tokens)
+        steps.append(time.perf_counter())
+        time.sleep(0.2)  # a slow model: the next step comes 0.2 s later
+
+    monkeypatch.setattr(worker._Streamer, "step", slow_step)
+
+    async def go():
+        app = create_app(config(root, encoder), rag=rag)
+        async with client(app):
+            sent = await asyncio.wait_for(_ask_and_listen(app, {"question": "who wrote the sun rises", "stream": True,
+                                                                "max_new_tokens": 6}), 60)
+        return sent
+
+    sent = run(go())
+    tokens = [t for t, chunk in sent if b"event: token" in chunk]
+    done = [t for t, chunk in sent if b"event: done" in chunk]
+    assert tokens and done and len(steps) >= 2
+    assert tokens[0] < steps[-1]  # the first token was on the wire before the last step was decoded
+
+
+async def _ask_and_listen(app, body: dict) -> list[tuple[float, bytes]]:
+    """Call the ASGI app directly; ``(time, body chunk)`` of each part of the response as it is sent."""
+    data = json.dumps(body).encode()
+    scope = _ask_scope(data)
+    messages, sent, finished = [{"type": "http.request", "body": data, "more_body": False}], [], asyncio.Event()
+
+    async def receive():
+        if messages:
+            return messages.pop(0)
+        await finished.wait()
+        return {"type": "http.disconnect"}
+
+    async def send(message):
+        if message["type"] == "http.response.body":
+            sent.append((time.perf_counter(), message.get("body", b"")))
+            if not message.get("more_body", False):
+                finished.set()
+
+    await app(scope, receive, send)
+    return sent
