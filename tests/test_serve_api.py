@@ -4,6 +4,8 @@ admin edits and swaps with a bearer token, health, readiness, metrics, OpenAPI, 
 from __future__ import annotations
 
 import asyncio
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -339,15 +341,13 @@ def test_serve_command_refuses_bad_flags_in_one_line(tmp_path, capsys):
     assert main(["serve", "--port", "70000"]) == 2
 
 
-def test_serve_exits_with_the_loaders_one_line_error(monkeypatch, capsys):
-    """A model that cannot load stops the server (instead of a server that is never ready)."""
-    from openbook.cli import main
-    from openbook.commands import options
-    from openbook.errors import ModelLoadError
-
-    def fail(args):
-        raise ModelLoadError("generator 'nowhere' not found")
-
-    monkeypatch.setattr(options, "load_model", fail)
-    assert main(["serve", "--port", str(_free_port())]) == 2
-    assert "openbook: error: generator 'nowhere' not found" in capsys.readouterr().err
+def test_serve_exits_with_the_loaders_one_line_error(tmp_path):
+    """A model that cannot load stops the server (instead of a server that is never ready), with the loader's
+    one-line error. A real `openbook serve` process: uvicorn run in-process would bind its log handlers to pytest's
+    captured stderr, which is closed after the test."""
+    missing = tmp_path / "nowhere"
+    proc = subprocess.run([sys.executable, "-m", "openbook", "serve", "--port", str(_free_port()), "--generator",
+                           str(missing)], capture_output=True, text=True, timeout=600, cwd=tmp_path)
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.strip().splitlines()[-1] == f"openbook: error: model folder '{missing}' does not exist"
+    assert "Traceback" not in proc.stderr
