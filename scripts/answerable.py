@@ -40,15 +40,14 @@ def main(argv=None) -> None:
     from openbook.index.retriever import make_retriever
     from openbook.rag.assemble import demo_knowledge_base, encoder_name
 
-    rows = [json.loads(line) for line in Path(args.inp).read_text(encoding="utf-8").splitlines() if line.strip()]
-    read_nq_open(args.inp)  # the same validation as every other question file
+    rows = [{"question": r["question"], "answers": r["answers"]} for r in read_nq_open(args.inp)]
     encoder = kb_commands.load_encoder(encoder_name(None, args.kb))
     kb = demo_knowledge_base(encoder) if args.kb is None else KnowledgeBase.load(args.kb, expected_encoder=encoder.info())
     retriever = make_retriever("dense", kb, encode=encoder.encode_queries)
     kept = []
     for start in range(0, len(rows), 64):
         batch = rows[start: start + 64]
-        found = retriever.retrieve([r["question"].strip() for r in batch], args.k).passages
+        found = retriever.retrieve([r["question"] for r in batch], args.k).passages
         for row, passages in zip(batch, found):
             if any(answer_in_passage(p.text, row["answers"][:1]) for p in passages):
                 kept.append(row)
