@@ -32,24 +32,15 @@ def _questions(value: str | list[str], limit: int) -> list[str]:
     return [q.strip() for q in items]
 
 
-def _passages(passages, scores=None, probs=None) -> list[dict]:
-    out = []
-    for j, p in enumerate(passages):
-        out.append({"id": str(p.id), "title": str(p.title), "text": str(p.text),
-                    "score": float(p.score if scores is None else scores[j]),
-                    "prob": float(p.prob if probs is None else probs[j]),
-                    "posterior": None if getattr(p, "posterior", None) is None else float(p.posterior)})
-    return out
-
-
-def _answer(a) -> dict:
-    return {"question": a.question, "answer": a.answer, "model": a.model, "tokens": [str(t) for t in a.tokens],
-            "passages": _passages(a.passages), "token_posteriors": a.token_posteriors, "truncated": bool(a.truncated)}
+def _passages(passages, scores, probs) -> list[dict]:
+    """Retrieved passages (no answer yet, so no posterior) with their scores and p(z|x)."""
+    return [{"id": str(p.id), "title": str(p.title), "text": str(p.text), "score": float(score), "prob": float(prob)}
+            for p, score, prob in zip(passages, scores, probs)]
 
 
 def _ask_response(result, received: float) -> s.AskResponse:
     return s.AskResponse(
-        answers=[_answer(a) for a in result.output], kb=result.book, batch_size=result.batch_size,
+        answers=[a.to_dict(full=True) for a in result.output], kb=result.book, batch_size=result.batch_size,
         timings={"queue_ms": result.queue_ms, "compute_ms": result.compute_ms,
                  "total_ms": 1000.0 * (time.perf_counter() - received)})
 
