@@ -34,6 +34,7 @@ def test_ask_answers_with_provenance_and_the_version(tiny):
             assert answer["answer"] == direct.answer and answer["model"] == "rag-token"
             assert [p["id"] for p in answer["passages"]] == [p.id for p in direct.passages]
             assert len(answer["token_posteriors"]) == len(answer["tokens"]) == len(direct.tokens)
+            assert answer["token_texts"] == direct.token_texts and len(direct.token_texts) == len(direct.tokens)
             assert body["kb"] == {"name": "main", "version": 1} and body["batch_size"] == 1
             assert set(body["timings"]) == {"queue_ms", "compute_ms", "total_ms"}
             r = await http.post("/v1/ask", json={"question": ["largest ocean", "capital of france"],

@@ -23,6 +23,7 @@ from torch import nn
 
 from openbook.errors import InputError
 from openbook.models.generators import Contexts, Generator
+from openbook.models.pieces import token_pieces
 from openbook.rag.boundary import answer_texts
 from openbook.rag.decoding import beam_config_for, rag_token_decode
 from openbook.rag.marginal import rag_token_nll
@@ -140,6 +141,7 @@ class ClosedBook(nn.Module):
             answers.append(Answer(
                 question, texts[b], self.model_type, [],
                 tokens=tokenizer.convert_ids_to_tokens(row) if tokenizer is not None else [],
+                token_texts=token_pieces(tokenizer, row) if tokenizer is not None else [],
                 alternatives=answer_texts(self.generator, decoded.tokens[b, 1:], max_new_tokens)[0],
                 truncated=truncated[b],
             ))

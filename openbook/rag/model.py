@@ -26,6 +26,7 @@ from openbook.index import KnowledgeBase
 from openbook.index.retriever import RETRIEVERS, Retriever, check_k, make_retriever, retrieval_logprobs
 from openbook.models.encoders import Encoder, default_score_scale
 from openbook.models.generators import Generator
+from openbook.models.pieces import token_pieces
 from openbook.rag.boundary import answer_texts
 from openbook.rag.decoding import beam_config_for, rag_sequence_decode, rag_token_decode
 from openbook.rag.marginal import (
@@ -61,7 +62,8 @@ class Answer:
     answer: str
     model: str
     passages: list[RetrievedPassage]
-    tokens: list[str] = field(default_factory=list)  # the answer's tokens, as generated
+    tokens: list[str] = field(default_factory=list)  # the answer's tokens, as generated (the tokenizer's pieces)
+    token_texts: list[str] = field(default_factory=list)  # the text each token adds to the answer (for people)
     alternatives: list[str] = field(default_factory=list)  # the next-best hypotheses (n-best), best first
     token_posteriors: list[list[float]] | None = None  # RAG-Token: p(z_t|x,y_<=t) per token, per passage
     truncated: bool = False  # decoding hit max_new_tokens (no EOS): the text was cut back to a whole word/sentence
@@ -77,7 +79,8 @@ class Answer:
             ],
         }
         if full:
-            out["tokens"], out["token_posteriors"] = self.tokens, self.token_posteriors
+            out["tokens"], out["token_texts"] = self.tokens, self.token_texts
+            out["token_posteriors"] = self.token_posteriors
         return out
 
 
@@ -360,6 +363,7 @@ class RAG(nn.Module):
             answers.append(Answer(
                 question, texts[b], self.model_type, passages,
                 tokens=self.generator.tokenizer.convert_ids_to_tokens(row) if self.generator.tokenizer else [],
+                token_texts=token_pieces(self.generator.tokenizer, row) if self.generator.tokenizer else [],
                 token_posteriors=tok_post[b, :n].tolist() if tok_post is not None else None,
                 truncated=truncated[b],
             ))

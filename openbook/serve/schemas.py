@@ -81,7 +81,8 @@ class AnswerOut(BaseModel):
     question: str
     answer: str
     model: Model
-    tokens: list[str]
+    tokens: list[str] = Field(description="the answer's tokens as the tokenizer writes them (e.g. 'ĠParis')")
+    token_texts: list[str] = Field(description="the text each token adds to the answer; they join to its decoded text")
     passages: list[PassageOut]
     token_posteriors: list[list[float]] | None = Field(
         None, description="RAG-Token: p(z|x,y_<=t) per answer token, per passage (the paper's Figure 2)")

@@ -252,6 +252,7 @@ class _Streamer:
         tokenizer = generator.tokenizer
         self.special = set(getattr(tokenizer, "all_special_ids", []) or [])
         self.ids: list[list[int]] = [[] for _ in row_jobs]
+        self.texts = ["" for _ in row_jobs]
         self.done = [job is None for job in row_jobs]
 
     def step(self, position: int, tokens: torch.Tensor) -> None:
@@ -267,7 +268,10 @@ class _Streamer:
             self.ids[row].append(token)
             piece = self.generator.tokenizer.convert_ids_to_tokens(token)
             text = self.generator.decode_tokens(torch.tensor([self.ids[row]]))[0]
-            event = {"index": position, "token": str(piece), "text": text}
+            # "token" is the tokenizer's piece ("ĠBard"), "piece" the text it added (" Bard"), "text" the answer so far
+            added = text[len(self.texts[row]):] if text.startswith(self.texts[row]) else ""
+            self.texts[row] = text
+            event = {"index": position, "token": str(piece), "piece": added, "text": text}
             try:
                 job.loop.call_soon_threadsafe(job.on_token, event)
             except RuntimeError:

@@ -208,7 +208,9 @@ function showResult(result) {
   ].filter(Boolean).join(" · ");
   showKb(result.kb);
   showPassages(answer.passages);
-  showHeatmap(answer.passages, answer.tokens || [], answer.token_posteriors);
+  // token_texts are the words as read (" Bard"), tokens the tokenizer's pieces ("ĠBard")
+  showHeatmap(answer.passages, (answer.token_texts || answer.tokens || []).map((t) => t.trim() || "·"),
+    answer.token_posteriors);
 }
 
 // -- the knowledge base and the admin swap --------------------------------------------------------------
