@@ -12,6 +12,8 @@ which tests replace.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import functools
 import json
 import shutil
 import sys
@@ -22,6 +24,7 @@ from typing import Any
 from openbook.commands import positive_int
 
 ENCODE_BATCH = 64  # texts per forward pass of the encoder (within one --batch-size batch)
+RAY_BATCH = 4096  # with --ray each batch is one Ray Data job (actors start anew): make it worth their start-up
 
 
 def load_encoder(name: str):
@@ -93,8 +96,19 @@ def _register_build(actions) -> None:
                        help="a malformed record stops the build (default) or is skipped and counted")
     build.add_argument("--dtype", choices=("float32", "float16"), default="float32",
                        help="how the document vectors are stored (default: %(default)s; float16 halves the size)")
-    build.add_argument("--batch-size", type=positive_int, default=256, metavar="N",
-                       help="passages encoded and saved per batch, the unit of resuming (default: %(default)s)")
+    build.add_argument("--batch-size", type=positive_int, default=None, metavar="N",
+                       help="passages encoded and saved per batch, the unit of resuming (default: 256, "
+                            f"{RAY_BATCH} with --ray)")
+    build.add_argument("--encode-dtype", choices=("auto", "float32", "bfloat16"), default=None,
+                       help="compute type of the document encoder: bfloat16 is faster where the CPU has it natively "
+                            "(auto: bfloat16 there, else float32); default: float32 (bench/build_throughput.py "
+                            "compares their speed and NQ recall@5)")
+    build.add_argument("--ray", nargs="?", const="", default=None, metavar="ADDRESS",
+                       help="encode on a Ray cluster (Ray Data actor pool, one encoder per actor): the one at "
+                            "ADDRESS (e.g. auto or ray://head:10001), or without ADDRESS a local Ray with this "
+                            "machine's CPUs; the knowledge base is the one the local build writes")
+    build.add_argument("--ray-workers", type=positive_int, default=None, metavar="N",
+                       help="encoder actors for --ray, 1 CPU each (default: the cluster's CPUs)")
     build.add_argument("--force", action="store_true",
                        help="replace the knowledge base already at DIR (its versions are lost); without it, a build "
                             "never replaces one")
@@ -177,8 +191,35 @@ def _record_errors(on_error: str):
     return RecordErrors(on_error, report=lambda message: warnings.warn(f"skipped {message}", stacklevel=2))
 
 
-def _encode_fn(encoder):
-    return lambda batch: encoder.encode_passages(batch, batch_size=ENCODE_BATCH)
+def _encode_fn(encoder, dtype: str | None = None):
+    """``encode_passages`` for builds and edits: length-sorted batches of ENCODE_BATCH, in ``dtype``
+    (None: the encoder's own, float32)."""
+    options = {"batch_size": ENCODE_BATCH} if dtype is None else {"batch_size": ENCODE_BATCH, "dtype": dtype}
+    return lambda batch: encoder.encode_passages(batch, **options)
+
+
+def load_encode_passages(name: str, dtype: str | None = None):
+    """``encode_passages`` of the encoder called ``name``, loaded here: what each ``--ray`` actor runs
+    (a top-level function, so ``functools.partial(load_encode_passages, name)`` pickles by reference)."""
+    from openbook.models import load_encoder as load
+
+    return _encode_fn(load(name), dtype)
+
+
+@contextlib.contextmanager
+def _build_encoder(args: argparse.Namespace, encoder):
+    """The ``encode_passages`` of ``kb build``: the encoder here, or with ``--ray`` a Ray actor pool."""
+    from openbook.models.precision import resolve_dtype
+
+    dtype = resolve_dtype(args.encode_dtype) if args.encode_dtype else None
+    if args.ray is None:
+        yield _encode_fn(encoder, dtype)
+        return
+    from openbook.index.kb.ray_encode import RayEncodePassages
+
+    make_encode = functools.partial(load_encode_passages, args.encoder or "default", dtype)
+    with RayEncodePassages(make_encode, args.ray_workers, args.ray or None) as ray:
+        yield ray
 
 
 def _kb_encoder(path: Path, manifest: dict, name: str | None):
@@ -233,22 +274,24 @@ def _cmd_build(args: argparse.Namespace) -> int:
     encoder = load_encoder(args.encoder or "default")  # --encoder defaults to None in every command
     errors = _record_errors(args.on_error)
     names = ", ".join(str(s) for s in args.sources)
-    kb = KnowledgeBase.build(
-        lambda: iter_source_passages(sources, args.max_words, errors),
-        _encode_fn(encoder),
-        encoder.info(),
-        out,
-        batch_size=args.batch_size,
-        progress=not args.quiet,
-        index_type=kind.type_name,
-        index_params=params,
-        dtype=args.dtype,
-        on_error=errors,
-        resume=True,
-        description=f"build from {names}",
-        source_info={"sources": [str(s.resolve()) for s in sources], "max_words": args.max_words},
-        replace=args.force,
-    )
+    batch_size = args.batch_size or (RAY_BATCH if args.ray is not None else 256)
+    with _build_encoder(args, encoder) as encode_passages:
+        kb = KnowledgeBase.build(
+            lambda: iter_source_passages(sources, args.max_words, errors),
+            encode_passages,
+            encoder.info(),
+            out,
+            batch_size=batch_size,
+            progress=not args.quiet,
+            index_type=kind.type_name,
+            index_params=params,
+            dtype=args.dtype,
+            on_error=errors,
+            resume=True,
+            description=f"build from {names}",
+            source_info={"sources": [str(s.resolve()) for s in sources], "max_words": args.max_words},
+            replace=args.force,
+        )
     manifest = kb.manifest
     print(f"built knowledge base {kb.path}: {len(kb)} passages from {len(sources)} source(s)")
     if errors.skipped:
