@@ -217,7 +217,10 @@ def _build_encoder(args: argparse.Namespace, encoder):
         return
     from openbook.index.kb.ray_encode import RayEncodePassages
 
-    make_encode = functools.partial(load_encode_passages, args.encoder or "default", dtype)
+    name = args.encoder or "default"
+    if Path(name).exists():  # the actors may run in another directory (or on another machine's same path)
+        name = str(Path(name).resolve())
+    make_encode = functools.partial(load_encode_passages, name, dtype)
     with RayEncodePassages(make_encode, args.ray_workers, args.ray or None) as ray:
         yield ray
 
