@@ -25,7 +25,7 @@ import time
 def measure(quick: bool = False) -> dict:
     import ray
 
-    from openbook.commands.kb import load_encode_passages
+    from openbook.commands.kb_encode import load_encode_passages
     from openbook.corpus import read_passages
     from openbook.data import demo_passages_path
     from openbook.index.kb.ray_encode import RayEncodePassages

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from openbook import cli
-from openbook.commands.kb import load_encode_passages
+from openbook.commands.kb_encode import load_encode_passages
 from openbook.corpus import Passage
 from openbook.index import KnowledgeBase
 from openbook.index.kb import MANIFEST_FILE, partial_dir

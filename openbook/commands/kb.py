@@ -12,8 +12,6 @@ which tests replace.
 from __future__ import annotations
 
 import argparse
-import contextlib
-import functools
 import json
 import shutil
 import sys
@@ -22,9 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from openbook.commands import positive_int
-
-ENCODE_BATCH = 64  # texts per forward pass of the encoder (within one --batch-size batch)
-RAY_BATCH = 4096  # with --ray each batch is one Ray Data job (actors start anew): make it worth their start-up
+from openbook.commands.kb_encode import RAY_BATCH, build_encode_passages, encode_fn
 
 
 def load_encoder(name: str):
@@ -191,40 +187,6 @@ def _record_errors(on_error: str):
     return RecordErrors(on_error, report=lambda message: warnings.warn(f"skipped {message}", stacklevel=2))
 
 
-def _encode_fn(encoder, dtype: str | None = None):
-    """``encode_passages`` for builds and edits: length-sorted batches of ENCODE_BATCH, in ``dtype``
-    (None: the encoder's own, float32)."""
-    options = {"batch_size": ENCODE_BATCH} if dtype is None else {"batch_size": ENCODE_BATCH, "dtype": dtype}
-    return lambda batch: encoder.encode_passages(batch, **options)
-
-
-def load_encode_passages(name: str, dtype: str | None = None):
-    """``encode_passages`` of the encoder called ``name``, loaded here: what each ``--ray`` actor runs
-    (a top-level function, so ``functools.partial(load_encode_passages, name)`` pickles by reference)."""
-    from openbook.models import load_encoder as load
-
-    return _encode_fn(load(name), dtype)
-
-
-@contextlib.contextmanager
-def _build_encoder(args: argparse.Namespace, encoder):
-    """The ``encode_passages`` of ``kb build``: the encoder here, or with ``--ray`` a Ray actor pool."""
-    from openbook.models.precision import resolve_dtype
-
-    dtype = resolve_dtype(args.encode_dtype) if args.encode_dtype else None
-    if args.ray is None:
-        yield _encode_fn(encoder, dtype)
-        return
-    from openbook.index.kb.ray_encode import RayEncodePassages
-
-    name = args.encoder or "default"
-    if Path(name).exists():  # the actors may run in another directory (or on another machine's same path)
-        name = str(Path(name).resolve())
-    make_encode = functools.partial(load_encode_passages, name, dtype)
-    with RayEncodePassages(make_encode, args.ray_workers, args.ray or None) as ray:
-        yield ray
-
-
 def _kb_encoder(path: Path, manifest: dict, name: str | None):
     """The encoder to add passages with: ``name`` or the knowledge base's own, checked against it."""
     from openbook.index.kb import check_encoder_matches
@@ -278,7 +240,7 @@ def _cmd_build(args: argparse.Namespace) -> int:
     errors = _record_errors(args.on_error)
     names = ", ".join(str(s) for s in args.sources)
     batch_size = args.batch_size or (RAY_BATCH if args.ray is not None else 256)
-    with _build_encoder(args, encoder) as encode_passages:
+    with build_encode_passages(args, encoder) as encode_passages:
         kb = KnowledgeBase.build(
             lambda: iter_source_passages(sources, args.max_words, errors),
             encode_passages,
@@ -395,7 +357,7 @@ def _cmd_add(args: argparse.Namespace) -> int:
     errors = _record_errors(args.on_error)
     names = ", ".join(str(s) for s in args.sources)
     version = add_passages(
-        path, iter_source_passages(sources, max_words, errors), _encode_fn(encoder), batch_size=args.batch_size,
+        path, iter_source_passages(sources, max_words, errors), encode_fn(encoder), batch_size=args.batch_size,
         progress=not args.quiet, on_error=errors, description=args.description, source_label=names,
     )
     return _edited(path, version)
@@ -424,7 +386,7 @@ def _cmd_update(args: argparse.Namespace) -> int:
         if not updates:
             raise InputError(f"{args.file} has no updates")
     encoder = _kb_encoder(path, manifest, args.encoder)
-    version = update_passages(path, updates, _encode_fn(encoder), description=args.description)
+    version = update_passages(path, updates, encode_fn(encoder), description=args.description)
     return _edited(path, version)
 
 
