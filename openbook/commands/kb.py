@@ -20,8 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from openbook.commands import positive_int
-
-ENCODE_BATCH = 64  # texts per forward pass of the encoder (within one --batch-size batch)
+from openbook.commands.kb_encode import RAY_BATCH, build_encode_passages, encode_fn
 
 
 def load_encoder(name: str):
@@ -93,8 +92,19 @@ def _register_build(actions) -> None:
                        help="a malformed record stops the build (default) or is skipped and counted")
     build.add_argument("--dtype", choices=("float32", "float16"), default="float32",
                        help="how the document vectors are stored (default: %(default)s; float16 halves the size)")
-    build.add_argument("--batch-size", type=positive_int, default=256, metavar="N",
-                       help="passages encoded and saved per batch, the unit of resuming (default: %(default)s)")
+    build.add_argument("--batch-size", type=positive_int, default=None, metavar="N",
+                       help="passages encoded and saved per batch, the unit of resuming (default: 256, "
+                            f"{RAY_BATCH} with --ray)")
+    build.add_argument("--encode-dtype", choices=("auto", "float32", "bfloat16"), default=None,
+                       help="compute type of the document encoder: bfloat16 is faster where the CPU has it natively "
+                            "(auto: bfloat16 there, else float32); default: float32 (bench/build_throughput.py "
+                            "compares their speed and NQ recall@5)")
+    build.add_argument("--ray", nargs="?", const="", default=None, metavar="ADDRESS",
+                       help="encode on a Ray cluster (Ray Data actor pool, one encoder per actor): the one at "
+                            "ADDRESS (e.g. auto or ray://head:10001), or without ADDRESS a local Ray with this "
+                            "machine's CPUs; the knowledge base is the one the local build writes")
+    build.add_argument("--ray-workers", type=positive_int, default=None, metavar="N",
+                       help="encoder actors for --ray, 1 CPU each (default: the cluster's CPUs)")
     build.add_argument("--force", action="store_true",
                        help="replace the knowledge base already at DIR (its versions are lost); without it, a build "
                             "never replaces one")
@@ -177,10 +187,6 @@ def _record_errors(on_error: str):
     return RecordErrors(on_error, report=lambda message: warnings.warn(f"skipped {message}", stacklevel=2))
 
 
-def _encode_fn(encoder):
-    return lambda batch: encoder.encode_passages(batch, batch_size=ENCODE_BATCH)
-
-
 def _kb_encoder(path: Path, manifest: dict, name: str | None):
     """The encoder to add passages with: ``name`` or the knowledge base's own, checked against it."""
     from openbook.index.kb import check_encoder_matches
@@ -233,22 +239,24 @@ def _cmd_build(args: argparse.Namespace) -> int:
     encoder = load_encoder(args.encoder or "default")  # --encoder defaults to None in every command
     errors = _record_errors(args.on_error)
     names = ", ".join(str(s) for s in args.sources)
-    kb = KnowledgeBase.build(
-        lambda: iter_source_passages(sources, args.max_words, errors),
-        _encode_fn(encoder),
-        encoder.info(),
-        out,
-        batch_size=args.batch_size,
-        progress=not args.quiet,
-        index_type=kind.type_name,
-        index_params=params,
-        dtype=args.dtype,
-        on_error=errors,
-        resume=True,
-        description=f"build from {names}",
-        source_info={"sources": [str(s.resolve()) for s in sources], "max_words": args.max_words},
-        replace=args.force,
-    )
+    batch_size = args.batch_size or (RAY_BATCH if args.ray is not None else 256)
+    with build_encode_passages(args, encoder) as encode_passages:
+        kb = KnowledgeBase.build(
+            lambda: iter_source_passages(sources, args.max_words, errors),
+            encode_passages,
+            encoder.info(),
+            out,
+            batch_size=batch_size,
+            progress=not args.quiet,
+            index_type=kind.type_name,
+            index_params=params,
+            dtype=args.dtype,
+            on_error=errors,
+            resume=True,
+            description=f"build from {names}",
+            source_info={"sources": [str(s.resolve()) for s in sources], "max_words": args.max_words},
+            replace=args.force,
+        )
     manifest = kb.manifest
     print(f"built knowledge base {kb.path}: {len(kb)} passages from {len(sources)} source(s)")
     if errors.skipped:
@@ -349,7 +357,7 @@ def _cmd_add(args: argparse.Namespace) -> int:
     errors = _record_errors(args.on_error)
     names = ", ".join(str(s) for s in args.sources)
     version = add_passages(
-        path, iter_source_passages(sources, max_words, errors), _encode_fn(encoder), batch_size=args.batch_size,
+        path, iter_source_passages(sources, max_words, errors), encode_fn(encoder), batch_size=args.batch_size,
         progress=not args.quiet, on_error=errors, description=args.description, source_label=names,
     )
     return _edited(path, version)
@@ -378,7 +386,7 @@ def _cmd_update(args: argparse.Namespace) -> int:
         if not updates:
             raise InputError(f"{args.file} has no updates")
     encoder = _kb_encoder(path, manifest, args.encoder)
-    version = update_passages(path, updates, _encode_fn(encoder), description=args.description)
+    version = update_passages(path, updates, encode_fn(encoder), description=args.description)
     return _edited(path, version)
 
 

@@ -1,0 +1,47 @@
+"""The ``encode_passages`` function of ``openbook kb build``/``add``: the document encoder in this
+process, or with ``kb build --ray`` a Ray Data actor pool (:mod:`openbook.index.kb.ray_encode`) whose
+actors each load the encoder through :func:`load_encode_passages`."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import functools
+from pathlib import Path
+
+ENCODE_BATCH = 64  # texts per forward pass of the encoder (within one --batch-size batch)
+RAY_BATCH = 4096  # with --ray each batch is one Ray Data job (actors start anew): make it worth their start-up
+
+
+def encode_fn(encoder, dtype: str | None = None):
+    """``encode_passages`` for builds and edits: length-sorted batches of ENCODE_BATCH, in ``dtype``
+    (None: the encoder's own, float32)."""
+    options = {"batch_size": ENCODE_BATCH} if dtype is None else {"batch_size": ENCODE_BATCH, "dtype": dtype}
+    return lambda batch: encoder.encode_passages(batch, **options)
+
+
+def load_encode_passages(name: str, dtype: str | None = None):
+    """``encode_passages`` of the encoder called ``name``, loaded here: what each ``--ray`` actor runs
+    (a top-level function, so ``functools.partial(load_encode_passages, name)`` pickles by reference)."""
+    from openbook.models import load_encoder as load
+
+    return encode_fn(load(name), dtype)
+
+
+@contextlib.contextmanager
+def build_encode_passages(args: argparse.Namespace, encoder):
+    """The ``encode_passages`` of ``kb build``: the encoder here, or with ``--ray`` a Ray actor pool."""
+    from openbook.models.precision import resolve_dtype
+
+    dtype = resolve_dtype(args.encode_dtype) if args.encode_dtype else None
+    if args.ray is None:
+        yield encode_fn(encoder, dtype)
+        return
+    from openbook.index.kb.ray_encode import RayEncodePassages
+
+    name = args.encoder or "default"
+    if Path(name).exists():  # the actors may run in another directory (or on another machine's same path)
+        name = str(Path(name).resolve())
+    make_encode = functools.partial(load_encode_passages, name, dtype)
+    with RayEncodePassages(make_encode, args.ray_workers, args.ray or None) as ray:
+        yield ray
