@@ -19,7 +19,7 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-from openbook.commands import positive_int
+from openbook.commands import kb_shard, positive_int
 
 ENCODE_BATCH = 64  # texts per forward pass of the encoder (within one --batch-size batch)
 
@@ -41,7 +41,7 @@ def register(subparsers) -> None:
     """Add the ``kb`` command group to the top-level ``subparsers``."""
     group = subparsers.add_parser(
         "kb",
-        help="build, inspect and edit knowledge bases (kb build | info | add | update | delete | versions | use)",
+        help="build, inspect and edit knowledge bases (kb build | info | add | update | delete | versions | use | shard)",
         description="Knowledge-base commands. Run `openbook kb ACTION --help` for one of them.",
     )
     actions = group.add_subparsers(dest="kb_action", metavar="ACTION", required=True)
@@ -52,6 +52,7 @@ def register(subparsers) -> None:
     _register_delete(actions)
     _register_versions(actions)
     _register_use(actions)
+    kb_shard.register(actions)
 
 
 def _register_build(actions) -> None:
