@@ -271,3 +271,23 @@ def test_shard_errors_are_one_line(capsys, tmp_path, corpus_dir, encoders):  # n
 
     shutil.rmtree(tmp_path / "s" / "shard-001")
     assert "shard shard-001 of sharded knowledge base" in error("retrieve", "capital", "--kb", tmp_path / "s")
+
+
+def test_kb_edit_commands_work_on_a_sharded_knowledge_base(capsys, tmp_path, corpus_dir, encoders):  # noqa: F811
+    build_kb(capsys, corpus_dir, tmp_path / "kb")
+    assert run(capsys, "kb", "shard", tmp_path / "kb", "--shards", "2", "--out", tmp_path / "s")[0] == 0
+    new = tmp_path / "new.jsonl"
+    new.write_text(json.dumps({"id": "sun", "title": "Sun", "text": "the sun is a star"}) + "\n", encoding="utf-8")
+    code, out, err = run(capsys, "kb", "add", tmp_path / "s", new, "--quiet")
+    assert code == 0 and "version 2" in out and "(7 passages)" in out, err
+    code, out, err = run(capsys, "kb", "delete", tmp_path / "s", "paris", "moon")
+    assert code == 0 and "version 3" in out and "(5 passages)" in out, err
+    code, out, err = run(capsys, "kb", "update", tmp_path / "s", "--id", "berlin", "--text", "berlin lies on the spree")
+    assert code == 0 and "version 4" in out, err
+    versions = json.loads(run(capsys, "kb", "versions", tmp_path / "s", "--json")[1])
+    assert [v["version"] for v in versions] == [1, 2, 3, 4] and versions[-1]["current"]
+    assert all(len(v["shards"]) == 2 for v in versions)
+    assert run(capsys, "kb", "use", tmp_path / "s", "2")[0] == 0
+    ids = {p["id"] for p in retrieve(capsys, tmp_path / "s", "capital", "--k", "7")["passages"]}
+    assert {"paris", "moon", "sun"} <= ids
+    assert "berlin lies on the spree" not in {p["text"] for p in retrieve(capsys, tmp_path / "s", "spree")["passages"]}

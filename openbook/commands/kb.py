@@ -202,9 +202,9 @@ def _size(n: int) -> str:
 
 
 def _edited(path: Path, version: int) -> int:
-    from openbook.index.kb import read_manifest
+    from openbook.index.sharded import stored_manifest
 
-    manifest = read_manifest(path)
+    manifest = stored_manifest(path)
     entry = manifest["versions"][version - 1]
     print(f"knowledge base {path}: version {version}: {entry['description']} "
           f"({entry['num_passages']} passages)")
@@ -312,9 +312,9 @@ def _cmd_info(args: argparse.Namespace) -> int:
 
 
 def _cmd_versions(args: argparse.Namespace) -> int:
-    from openbook.index.kb import read_manifest
+    from openbook.index.sharded import stored_manifest
 
-    manifest = read_manifest(Path(args.dir))
+    manifest = stored_manifest(Path(args.dir))
     versions = manifest["versions"]
     current = manifest["current_version"]
     if args.json:
@@ -329,9 +329,9 @@ def _cmd_versions(args: argparse.Namespace) -> int:
 
 
 def _cmd_use(args: argparse.Namespace) -> int:
-    from openbook.index.kb import use_version
+    from openbook.index.sharded import edits_for
 
-    manifest = use_version(Path(args.dir), args.version)
+    manifest = edits_for(args.dir).use(Path(args.dir), args.version)
     latest = manifest["latest_version"]
     print(f"knowledge base {args.dir}: now at version {args.version} of {latest} "
           f"({manifest['num_passages']} passages)")
@@ -340,16 +340,16 @@ def _cmd_use(args: argparse.Namespace) -> int:
 
 def _cmd_add(args: argparse.Namespace) -> int:
     from openbook.corpus import check_sources, iter_source_passages
-    from openbook.index.kb import add_passages, read_manifest
+    from openbook.index.sharded import edits_for, stored_manifest
 
     path = Path(args.dir)
-    manifest = read_manifest(path)
+    manifest = stored_manifest(path)
     sources = check_sources(args.sources)
     max_words = args.max_words or manifest.get("build", {}).get("max_words") or 100
     encoder = _kb_encoder(path, manifest, args.encoder)
     errors = _record_errors(args.on_error)
     names = ", ".join(str(s) for s in args.sources)
-    version = add_passages(
+    version = edits_for(path).add(
         path, iter_source_passages(sources, max_words, errors), _encode_fn(encoder), batch_size=args.batch_size,
         progress=not args.quiet, on_error=errors, description=args.description, source_label=names,
     )
@@ -359,7 +359,7 @@ def _cmd_add(args: argparse.Namespace) -> int:
 def _cmd_update(args: argparse.Namespace) -> int:
     from openbook.corpus.readers import read_numbered_records
     from openbook.errors import InputError
-    from openbook.index.kb import read_manifest, update_passages
+    from openbook.index.sharded import edits_for, stored_manifest
 
     single = args.passage_id is not None or args.text is not None or args.title is not None
     if single == (args.file is not None):
@@ -367,7 +367,7 @@ def _cmd_update(args: argparse.Namespace) -> int:
     if single and (args.passage_id is None or args.text is None):
         args.subparser.error("--id and --text go together")
     path = Path(args.dir)
-    manifest = read_manifest(path)
+    manifest = stored_manifest(path)
     if single:
         updates: list[dict[str, Any]] = [
             {"id": args.passage_id, "text": args.text, "title": args.title, "where": "--id"}
@@ -379,15 +379,15 @@ def _cmd_update(args: argparse.Namespace) -> int:
         if not updates:
             raise InputError(f"{args.file} has no updates")
     encoder = _kb_encoder(path, manifest, args.encoder)
-    version = update_passages(path, updates, _encode_fn(encoder), description=args.description)
+    version = edits_for(path).update(path, updates, _encode_fn(encoder), description=args.description)
     return _edited(path, version)
 
 
 def _cmd_delete(args: argparse.Namespace) -> int:
-    from openbook.index.kb import delete_passages
+    from openbook.index.sharded import edits_for
 
     path = Path(args.dir)
-    version = delete_passages(path, args.ids, description=args.description)
+    version = edits_for(path).delete(path, args.ids, description=args.description)
     return _edited(path, version)
 
 

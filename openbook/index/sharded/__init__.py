@@ -15,9 +15,11 @@ folder holds.
 from __future__ import annotations
 
 import os
+from types import SimpleNamespace
 from typing import Any
 
-from openbook.index.kb import KnowledgeBase, read_manifest
+from openbook.index.kb import KnowledgeBase, add_passages, delete_passages, read_manifest, update_passages, use_version
+from openbook.index.sharded.edit import add_sharded, delete_sharded, update_sharded, use_sharded_version
 from openbook.index.sharded.kb import ShardedKnowledgeBase, ShardedVectors, Snapshot
 from openbook.index.sharded.layout import SHARDS_FILE, is_sharded, read_shards_manifest
 from openbook.index.sharded.merge import merge_topk
@@ -34,9 +36,26 @@ def load_knowledge_base(path: str | os.PathLike, expected_encoder: dict[str, Any
     return KnowledgeBase.load(path, expected_encoder=expected_encoder, verify=verify, version=version)
 
 
+def stored_manifest(path: str | os.PathLike) -> dict[str, Any]:
+    """The manifest of a knowledge-base folder: ``shards.json`` if sharded, else ``manifest.json`` (both
+    hold ``encoder``, ``current_version``, ``latest_version``, ``num_passages`` and ``versions``)."""
+    return read_shards_manifest(path) if is_sharded(path) else read_manifest(path)
+
+
 def stored_encoder_info(path: str | os.PathLike) -> dict[str, Any]:
     """The encoder a knowledge-base folder (sharded or not) was built with, read from its manifest."""
-    return read_shards_manifest(path)["encoder"] if is_sharded(path) else read_manifest(path)["encoder"]
+    return stored_manifest(path)["encoder"]
+
+
+_EDITS = SimpleNamespace(add=add_passages, update=update_passages, delete=delete_passages, use=use_version)
+_SHARDED_EDITS = SimpleNamespace(add=add_sharded, update=update_sharded, delete=delete_sharded,
+                                 use=use_sharded_version)
+
+
+def edits_for(path: str | os.PathLike) -> SimpleNamespace:
+    """The path-level edits (``add``, ``update``, ``delete``, ``use``) of the folder's kind: those of
+    :mod:`openbook.index.kb` or of :mod:`openbook.index.sharded.edit` (same arguments)."""
+    return _SHARDED_EDITS if is_sharded(path) else _EDITS
 
 
 __all__ = [
@@ -44,10 +63,12 @@ __all__ = [
     "ShardedKnowledgeBase",
     "ShardedVectors",
     "Snapshot",
+    "edits_for",
     "is_sharded",
     "load_knowledge_base",
     "merge_topk",
     "read_shards_manifest",
     "shard_knowledge_base",
     "stored_encoder_info",
+    "stored_manifest",
 ]

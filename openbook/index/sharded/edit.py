@@ -103,7 +103,8 @@ def _owners(paths: list[Path], ids: list[str]) -> dict[int, list[str]]:
 
 
 def add_sharded(path, passages, encode_passages: EncodePassages, batch_size: int = 256, progress: bool = False,
-                on_error: str | RecordErrors = "stop", description: str | None = None) -> int:
+                on_error: str | RecordErrors = "stop", description: str | None = None,
+                source_label: str | None = None) -> int:
     """Add passages to the shard with the fewest rows as a new sharded version; return its number.
     An id already in another shard is a malformed record for ``on_error`` (stop, or skip it)."""
     path = Path(path)
@@ -119,7 +120,8 @@ def add_sharded(path, passages, encode_passages: EncodePassages, batch_size: int
         items = [item for item, pid in zip(items, ids) if pid not in taken]
         rows = [read_manifest(p)["num_rows"] for p in paths]
         shard = rows.index(min(rows))
-        versions[shard] = add_passages(paths[shard], items, encode_passages, batch_size, progress, errors, description)
+        versions[shard] = add_passages(paths[shard], items, encode_passages, batch_size, progress, errors, description,
+                                       source_label)
         text = description or read_manifest(paths[shard])["versions"][-1]["description"] + f" (shard {shard})"
         return _commit(path, manifest, paths, versions, text)
 
