@@ -193,14 +193,14 @@ def _cmd_retrieval(args: argparse.Namespace) -> int:
 
     from openbook.commands import kb as kb_commands
     from openbook.eval.retrieval import evaluate_retrieval, standard_retrievers
-    from openbook.index import KnowledgeBase
+    from openbook.index import load_knowledge_base
     from openbook.rag.assemble import demo_knowledge_base, encoder_name
 
     encoder = kb_commands.load_encoder(encoder_name(args.encoder, args.kb))
     if args.kb is None:
         kb = demo_knowledge_base(encoder)
     else:
-        kb = KnowledgeBase.load(args.kb, expected_encoder=encoder.info())
+        kb = load_knowledge_base(args.kb, expected_encoder=encoder.info())
     retrievers = standard_retrievers(encoder, kb, args.retrievers, progress=True)
     report = evaluate_retrieval(
         questions, retrievers, ks=args.k, batch_size=args.batch_size, mode=args.match, progress=sys.stderr.isatty()

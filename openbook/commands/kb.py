@@ -19,7 +19,7 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-from openbook.commands import positive_int
+from openbook.commands import kb_shard, positive_int
 from openbook.commands.kb_encode import RAY_BATCH, build_encode_passages, encode_fn
 
 
@@ -40,7 +40,7 @@ def register(subparsers) -> None:
     """Add the ``kb`` command group to the top-level ``subparsers``."""
     group = subparsers.add_parser(
         "kb",
-        help="build, inspect and edit knowledge bases (kb build | info | add | update | delete | versions | use)",
+        help="build, inspect and edit knowledge bases (kb build | info | add | update | delete | versions | use | shard)",
         description="Knowledge-base commands. Run `openbook kb ACTION --help` for one of them.",
     )
     actions = group.add_subparsers(dest="kb_action", metavar="ACTION", required=True)
@@ -51,6 +51,7 @@ def register(subparsers) -> None:
     _register_delete(actions)
     _register_versions(actions)
     _register_use(actions)
+    kb_shard.register(actions)
 
 
 def _register_build(actions) -> None:
@@ -207,9 +208,9 @@ def _size(n: int) -> str:
 
 
 def _edited(path: Path, version: int) -> int:
-    from openbook.index.kb import read_manifest
+    from openbook.index.sharded import stored_manifest
 
-    manifest = read_manifest(path)
+    manifest = stored_manifest(path)
     entry = manifest["versions"][version - 1]
     print(f"knowledge base {path}: version {version}: {entry['description']} "
           f"({entry['num_passages']} passages)")
@@ -319,9 +320,9 @@ def _cmd_info(args: argparse.Namespace) -> int:
 
 
 def _cmd_versions(args: argparse.Namespace) -> int:
-    from openbook.index.kb import read_manifest
+    from openbook.index.sharded import stored_manifest
 
-    manifest = read_manifest(Path(args.dir))
+    manifest = stored_manifest(Path(args.dir))
     versions = manifest["versions"]
     current = manifest["current_version"]
     if args.json:
@@ -336,9 +337,9 @@ def _cmd_versions(args: argparse.Namespace) -> int:
 
 
 def _cmd_use(args: argparse.Namespace) -> int:
-    from openbook.index.kb import use_version
+    from openbook.index.sharded import edits_for
 
-    manifest = use_version(Path(args.dir), args.version)
+    manifest = edits_for(args.dir).use(Path(args.dir), args.version)
     latest = manifest["latest_version"]
     print(f"knowledge base {args.dir}: now at version {args.version} of {latest} "
           f"({manifest['num_passages']} passages)")
@@ -347,16 +348,16 @@ def _cmd_use(args: argparse.Namespace) -> int:
 
 def _cmd_add(args: argparse.Namespace) -> int:
     from openbook.corpus import check_sources, iter_source_passages
-    from openbook.index.kb import add_passages, read_manifest
+    from openbook.index.sharded import edits_for, stored_manifest
 
     path = Path(args.dir)
-    manifest = read_manifest(path)
+    manifest = stored_manifest(path)
     sources = check_sources(args.sources)
     max_words = args.max_words or manifest.get("build", {}).get("max_words") or 100
     encoder = _kb_encoder(path, manifest, args.encoder)
     errors = _record_errors(args.on_error)
     names = ", ".join(str(s) for s in args.sources)
-    version = add_passages(
+    version = edits_for(path).add(
         path, iter_source_passages(sources, max_words, errors), encode_fn(encoder), batch_size=args.batch_size,
         progress=not args.quiet, on_error=errors, description=args.description, source_label=names,
     )
@@ -366,7 +367,7 @@ def _cmd_add(args: argparse.Namespace) -> int:
 def _cmd_update(args: argparse.Namespace) -> int:
     from openbook.corpus.readers import read_numbered_records
     from openbook.errors import InputError
-    from openbook.index.kb import read_manifest, update_passages
+    from openbook.index.sharded import edits_for, stored_manifest
 
     single = args.passage_id is not None or args.text is not None or args.title is not None
     if single == (args.file is not None):
@@ -374,7 +375,7 @@ def _cmd_update(args: argparse.Namespace) -> int:
     if single and (args.passage_id is None or args.text is None):
         args.subparser.error("--id and --text go together")
     path = Path(args.dir)
-    manifest = read_manifest(path)
+    manifest = stored_manifest(path)
     if single:
         updates: list[dict[str, Any]] = [
             {"id": args.passage_id, "text": args.text, "title": args.title, "where": "--id"}
@@ -386,15 +387,15 @@ def _cmd_update(args: argparse.Namespace) -> int:
         if not updates:
             raise InputError(f"{args.file} has no updates")
     encoder = _kb_encoder(path, manifest, args.encoder)
-    version = update_passages(path, updates, encode_fn(encoder), description=args.description)
+    version = edits_for(path).update(path, updates, encode_fn(encoder), description=args.description)
     return _edited(path, version)
 
 
 def _cmd_delete(args: argparse.Namespace) -> int:
-    from openbook.index.kb import delete_passages
+    from openbook.index.sharded import edits_for
 
     path = Path(args.dir)
-    version = delete_passages(path, args.ids, description=args.description)
+    version = edits_for(path).delete(path, args.ids, description=args.description)
     return _edited(path, version)
 
 

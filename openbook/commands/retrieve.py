@@ -51,7 +51,7 @@ def _cmd_retrieve(args: argparse.Namespace) -> int:
     from openbook.commands import kb as kb_commands
     from openbook.commands.ask import snippet
     from openbook.errors import InputError
-    from openbook.index import KnowledgeBase
+    from openbook.index import load_knowledge_base
     from openbook.index.retriever import make_retriever, retrieval_logprobs
     from openbook.models.encoders import default_score_scale
     from openbook.rag.assemble import encoder_name
@@ -62,7 +62,7 @@ def _cmd_retrieve(args: argparse.Namespace) -> int:
     # A wrong --kb path fails here, reading the manifest, before any model is loaded.
     encoder = kb_commands.load_encoder(encoder_name(args.encoder, args.kb))
     if args.kb is not None:
-        kb = KnowledgeBase.load(args.kb, expected_encoder=encoder.info(), version=args.version)
+        kb = load_knowledge_base(args.kb, expected_encoder=encoder.info(), version=args.version)
     else:
         kb = _demo_knowledge_base(encoder)
         if args.version is not None:

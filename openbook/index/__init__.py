@@ -2,6 +2,7 @@
 
 from openbook.index.dense import INDEX_TYPES, DenseIndex, FlatIPIndex, index_class, register_index
 from openbook.index.kb import FORMAT_VERSION, KnowledgeBase, describe_encoder
+from openbook.index.sharded import ShardedKnowledgeBase, is_sharded, load_knowledge_base
 
 __all__ = [
     "FORMAT_VERSION",
@@ -9,7 +10,10 @@ __all__ = [
     "DenseIndex",
     "FlatIPIndex",
     "KnowledgeBase",
+    "ShardedKnowledgeBase",
     "describe_encoder",
     "index_class",
+    "is_sharded",
+    "load_knowledge_base",
     "register_index",
 ]

@@ -18,7 +18,10 @@ the knowledge base for these questions, with their scores"; what the scores mean
 ``k`` is checked once, here (:func:`check_k`): a positive integer of at most :data:`MAX_K`, clamped to the
 number of live passages with a warning. A sharded or remote retriever is a new subclass implementing
 :meth:`Retriever.search` (and, if it holds no local knowledge base, ``num_passages`` and
-:meth:`Retriever.passages`); callers do not change.
+:meth:`Retriever.passages`); callers do not change. A sharded knowledge base
+(:class:`~openbook.index.sharded.ShardedKnowledgeBase`) needs no subclass: it offers the knowledge base's
+``search``/``passages``/``embeddings``, fanning out to its shards, so :class:`DenseRetriever` runs over it
+as is (BM25 and hybrid retrieval need an unsharded knowledge base).
 """
 
 from __future__ import annotations
@@ -208,6 +211,9 @@ def make_retriever(name: str, kb, encode: QueryEncoder | None = None, progress: 
     query encoder ``encode``."""
     if name not in RETRIEVERS:
         raise InputError(f"retriever must be one of {', '.join(RETRIEVERS)}, not {name!r}")
+    if name != "dense" and getattr(kb, "sharded", False):
+        raise InputError(f"the {name} retriever needs an unsharded knowledge base; over the sharded "
+                         f"{kb.path} use the dense retriever")
     if name == "bm25":
         return BM25Retriever(kb, progress=progress)
     if encode is None:

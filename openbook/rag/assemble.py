@@ -22,9 +22,10 @@ from openbook.atomic import atomic_output
 from openbook.corpus import Passage, read_passages
 from openbook.data import default_run_path, demo_passages_path
 from openbook.errors import InputError
-from openbook.index import KnowledgeBase
+from openbook.index import KnowledgeBase, ShardedKnowledgeBase, load_knowledge_base
 from openbook.index.kb import FORMAT_VERSION, read_manifest, stored_format_version
 from openbook.index.kb.layout import sha256_file
+from openbook.index.sharded import stored_encoder_info
 from openbook.models import cache_dir, load_causal_lm, load_config, load_encoder, load_seq2seq
 from openbook.models.adapters import LoraSettings, merge_lora_tensors
 from openbook.models.causal import CausalLMGenerator
@@ -37,6 +38,7 @@ from openbook.models.weights import load_tensors, load_weights, read_tensors, we
 from openbook.rag.closed_book import ClosedBook
 from openbook.rag.model import RAG
 
+LOADED = (KnowledgeBase, ShardedKnowledgeBase)  # a loaded knowledge base, not a path
 SHIPPED_VECTORS = "embeddings-minilm.f16.npy"  # d(z) of the demo corpus by the default encoder
 
 
@@ -160,16 +162,16 @@ def encoder_name(encoder: str | None, kb=None) -> str:
     was built with, else the offline default (``"default"``). A ``kb`` path is read first, so that a
     wrong one fails before any model is loaded."""
     built_with = None
-    if kb is not None and not isinstance(kb, KnowledgeBase):
-        built_with = read_manifest(kb)["encoder"].get("name")
-    elif isinstance(kb, KnowledgeBase):
+    if kb is not None and not isinstance(kb, LOADED):
+        built_with = stored_encoder_info(kb).get("name")
+    elif isinstance(kb, LOADED):
         built_with = kb.encoder_info.get("name")
     return encoder if encoder is not None else built_with or "default"
 
 
 def load_rag(
     model: str | None = None,
-    kb: str | Path | KnowledgeBase | None = None,
+    kb: str | Path | KnowledgeBase | ShardedKnowledgeBase | None = None,
     generator: str = "default",
     encoder: str | Encoder | None = None,
     **kwargs,
@@ -190,10 +192,10 @@ def load_rag(
         query_encoder = _encoder(encoder, kb)
     if kb is None:
         knowledge = demo_knowledge_base(query_encoder)
-    elif isinstance(kb, KnowledgeBase):
+    elif isinstance(kb, LOADED):
         knowledge = kb
     else:
-        knowledge = KnowledgeBase.load(kb, expected_encoder=query_encoder.info())
+        knowledge = load_knowledge_base(kb, expected_encoder=query_encoder.info())
     return RAG(query_encoder, gen, knowledge, model=model or "rag-sequence", **kwargs)
 
 
@@ -260,7 +262,7 @@ REQUIRED_RUN_KEYS = ("model", "generator", "encoder")
 
 def _as_location(value):
     """A local path as an absolute path (the run may be loaded from another directory); names unchanged."""
-    if value is None or isinstance(value, KnowledgeBase):
+    if value is None or isinstance(value, LOADED):
         return None if value is None else str(Path(value.path).resolve())
     path = Path(value)
     return str(path.resolve()) if path.exists() else str(value)

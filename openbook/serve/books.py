@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from openbook.errors import InputError, KnowledgeBaseError
-from openbook.index import KnowledgeBase
+from openbook.index import KnowledgeBase, is_sharded, load_knowledge_base
 from openbook.index.kb import MANIFEST_FILE
 
 
@@ -123,7 +123,7 @@ class Books:
         path = (self._root / name).resolve()
         if path.parent != self._root:  # a symlink leading elsewhere
             raise SwapTargetError(f"{name!r} is not under the knowledge-base root")
-        if not (path / MANIFEST_FILE).is_file():
+        if not ((path / MANIFEST_FILE).is_file() or is_sharded(path)):
             raise SwapTargetError(f"no knowledge base called {name!r} under the knowledge-base root", status=404)
         return path
 
@@ -134,7 +134,7 @@ class Books:
         names = []
         for child in sorted(self._root.iterdir()):
             try:
-                if (child / MANIFEST_FILE).is_file() and child.resolve().parent == self._root:
+                if ((child / MANIFEST_FILE).is_file() or is_sharded(child)) and child.resolve().parent == self._root:
                     names.append(child.name)
             except OSError:
                 continue
@@ -144,7 +144,7 @@ class Books:
         """Open knowledge base ``name`` under the root at ``version`` (default: its current one)."""
         path = self.resolve(name)
         try:
-            return KnowledgeBase.load(path, expected_encoder=expected_encoder, version=version)
+            return load_knowledge_base(path, expected_encoder=expected_encoder, version=version)
         except KnowledgeBaseError as error:
             raise SwapTargetError(str(error)) from error
 

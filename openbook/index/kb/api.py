@@ -276,10 +276,16 @@ class KnowledgeBase:
 
     def __iter__(self) -> Iterator[Passage]:
         """The passages visible at this version, in row order (streamed from the store)."""
+        for _, passage in self.live_rows():
+            yield passage
+
+    def live_rows(self, start: int = 0) -> Iterator[tuple[int, Passage]]:
+        """``(row, passage)`` of the passages visible at this version from row ``start`` on, in row order
+        (streamed)."""
         version = self._version
-        for _, passage, deleted in self._store.iter_rows(0, self._visible_rows):
+        for row, passage, deleted in self._store.iter_rows(start, self._visible_rows):
             if deleted is None or deleted > version:
-                yield passage
+                yield row, passage
 
     def lookup(self, passage_id: str) -> tuple[int, Passage] | None:
         """``(row, passage)`` of the passage with id ``passage_id`` at this version, or None."""
