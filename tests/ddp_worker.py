@@ -8,7 +8,10 @@ bench/_scale_ddp.py.
 from __future__ import annotations
 
 import argparse
+import json
+import os
 import sys
+import time
 from pathlib import Path
 
 import torch
@@ -73,14 +76,18 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--layers", type=int, default=2)
     p.add_argument("--repeat", type=int, default=1, help="the examples this many times over (a longer epoch)")
     p.add_argument("--float64", action="store_true", help="train in float64: rounding far below any real effect")
+    p.add_argument("--timing", metavar="FILE", help="rank 0 writes {seconds, steps} of training here (JSON)")
     p.add_argument("--resume", action="store_true")
     args = p.parse_args(argv)
     torch.set_num_threads(1)
     rag = make_rag(KnowledgeBase.load(args.kb), args.d_model, args.layers)
     if args.float64:
         rag.double()
-    train(rag, EXAMPLES * args.repeat, config(args.max_steps, args.batch_size, args.grad_accumulation), args.out,
-          resume=args.resume, progress=False)
+    started = time.perf_counter()
+    state = train(rag, EXAMPLES * args.repeat, config(args.max_steps, args.batch_size, args.grad_accumulation),
+                  args.out, resume=args.resume, progress=False)
+    if args.timing and int(os.environ.get("RANK", 0)) == 0:
+        Path(args.timing).write_text(json.dumps({"seconds": time.perf_counter() - started, "steps": state.step}))
     return 0
 
 
