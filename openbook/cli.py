@@ -59,6 +59,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     try:
         args = parser.parse_args(argv)
+        args.argv = list(sys.argv[1:] if argv is None else argv)  # to start the same command in more processes
     except SystemExit as stop:  # --help, --version, usage errors
         return _exit_code(stop.code)
 

@@ -55,6 +55,9 @@ def register(commands) -> None:
     p.add_argument("--dev-limit", type=positive_int, default=200, help="dev questions evaluated (default: %(default)s)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--resume", action="store_true", help="continue the run in --out from its checkpoint")
+    p.add_argument("--nproc", type=positive_int, metavar="N",
+                   help="train data-parallel in N local processes (DDP through torchrun; --batch-size is the global "
+                        "batch and must divide by N); `torchrun --nproc-per-node N -m openbook train ...` is the same")
     p.set_defaults(handler=run, subparser=p)
 
 
@@ -108,9 +111,16 @@ def _as_path(path: str) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
+    from openbook.errors import InputError
     from openbook.rag.assemble import encoder_name, write_run_spec
-    from openbook.train import TrainConfig, train
+    from openbook.train import TrainConfig, distributed, train
 
+    if args.nproc is not None:
+        distributed.check_batch_size(args.batch_size, args.nproc)
+        if not distributed.launched():  # start the N processes, each of which runs this same command line
+            return distributed.launch(args.nproc, list(args.argv))
+        if args.nproc != distributed.world_size():
+            raise InputError(f"--nproc {args.nproc} but torchrun started {distributed.world_size()} processes")
     args.model = args.model or "rag-sequence"
     args.k = args.k or options.DEFAULT_K
     args.retriever = args.retriever or "dense"
@@ -142,11 +152,13 @@ def run(args: argparse.Namespace) -> int:
         add_lora(rag.generator.model, lora)
     if args.max_context_length:
         rag.generator.max_context_length = args.max_context_length
-    write_run_spec(args.out, model=args.model, generator=args.generator, encoder=encoder_name(args.encoder, args.kb),
-                   kb=args.kb, retriever=args.retriever, k=args.k, learn_scale=args.learn_scale,
-                   freeze_retriever=frozen, train=_as_path(args.train),
-                   task=args.task, max_context_length=rag.generator.max_context_length,
-                   lora=lora.to_dict() if lora is not None else None)
+    main = distributed.is_main()  # under torchrun, rank 0 alone writes the run's files and prints
+    if main:
+        write_run_spec(args.out, model=args.model, generator=args.generator, encoder=encoder_name(args.encoder, args.kb),
+                       kb=args.kb, retriever=args.retriever, k=args.k, learn_scale=args.learn_scale,
+                       freeze_retriever=frozen, train=_as_path(args.train),
+                       task=args.task, max_context_length=rag.generator.max_context_length,
+                       lora=lora.to_dict() if lora is not None else None)
     cfg = TrainConfig(
         k=args.k, epochs=args.epochs, max_steps=args.max_steps, batch_size=args.batch_size,
         grad_accumulation=args.grad_accumulation, lr_generator=args.lr_generator,
@@ -155,6 +167,8 @@ def run(args: argparse.Namespace) -> int:
         checkpoint_every=args.checkpoint_every, eval_every=args.eval_every, mixed_precision=args.mixed_precision,
     )
     state = train(rag, pairs, cfg, args.out, resume=args.resume, evaluate=evaluate)
+    if not main:
+        return 0
     report = {"steps": state.step, "history": state.history, "model": args.model}
     Path(args.out, "report.json").write_text(json.dumps(report, indent=1))
     final = [h for h in state.history if "dev" in h]

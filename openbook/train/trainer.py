@@ -28,6 +28,7 @@ from openbook.atomic import atomic_dir, exclusive_lock, remove_leftovers_beside
 from openbook.errors import InputError
 from openbook.models.adapters import LORA_MARK, has_lora, lora_tensor_names
 from openbook.models.weights import WEIGHTS_FILE, load_weights, read_tensors, save_weights, weights_path, write_tensors
+from openbook.train import distributed
 
 CHECKPOINT = "checkpoint"
 LOCK_FILE = ".train.lock"  # held by the one process training into a run folder
@@ -196,16 +197,22 @@ def train(
 
     ``evaluate(rag) -> dict`` runs on the dev set every ``cfg.eval_every`` steps and at the end.
     ``stop_after`` stops after that many optimiser steps *of this call* (to simulate an interruption).
+    Started by torchrun, it trains data-parallel (:mod:`openbook.train.distributed`): ``cfg.batch_size`` is
+    the global batch, split over the processes, and the weights follow the one-process run's.
     """
     if not examples:
         raise InputError("no training examples")
+    distributed.check_batch_size(cfg.batch_size, distributed.world_size())
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    # One training process per run folder; holding its lock, the half-written checkpoint copies of a killed
-    # run (.checkpoint.building-*, which can be hundreds of MB) cannot belong to a live writer: remove them.
-    with exclusive_lock(out_dir / LOCK_FILE, f"training run {out_dir}", InputError):
-        remove_leftovers_beside(out_dir / CHECKPOINT)
-        return _train(rag, examples, cfg, out_dir, resume, evaluate, progress, stop_after)
+    with distributed.process_group(next(rag.parameters()).device):
+        if not distributed.is_main():  # rank 0 holds the lock, writes checkpoints, evaluates and reports
+            return _train(rag, examples, cfg, out_dir, resume, None, False, stop_after)
+        # One training process per run folder; holding its lock, the half-written checkpoint copies of a killed
+        # run (.checkpoint.building-*, hundreds of MB) cannot belong to a live writer: remove them.
+        with exclusive_lock(out_dir / LOCK_FILE, f"training run {out_dir}", InputError):
+            remove_leftovers_beside(out_dir / CHECKPOINT)
+            return _train(rag, examples, cfg, out_dir, resume, evaluate, progress, stop_after)
 
 
 def _train(rag, examples, cfg: TrainConfig, out_dir: Path, resume: bool, evaluate, progress: bool,
@@ -215,6 +222,7 @@ def _train(rag, examples, cfg: TrainConfig, out_dir: Path, resume: bool, evaluat
     _set_trainable(rag, cfg)
     optimizer = torch.optim.Adam(parameter_groups(rag, cfg))
     state = load_checkpoint(out_dir, rag, optimizer) if resume else TrainState()
+    model = distributed.wrap(rag)  # rag.loss, DDP-wrapped under torchrun
     per_step = cfg.batch_size * cfg.grad_accumulation
     steps_per_epoch = max(1, math.ceil(len(examples) / per_step))
     total = cfg.max_steps or steps_per_epoch * cfg.epochs
@@ -224,49 +232,60 @@ def _train(rag, examples, cfg: TrainConfig, out_dir: Path, resume: bool, evaluat
     while state.step < total:
         order = _epoch_order(len(examples), cfg.seed, state.epoch)
         while state.position < len(order) and state.step < total:
-            loss_value = _optimiser_step(rag, optimizer, examples, order, state, cfg)
+            loss_value = _optimiser_step(model, optimizer, examples, order, state, cfg)
             state.step += 1
             taken += 1
             state.history.append({"step": state.step, "loss": loss_value})
             bar.set_postfix(loss=f"{loss_value:.3f}", ex_per_s=f"{taken * per_step / (time.perf_counter() - started):.1f}")
             bar.update(1)
-            if evaluate and cfg.eval_every and state.step % cfg.eval_every == 0:
-                state.history.append({"step": state.step, "dev": _evaluate(rag, evaluate)})
+            if cfg.eval_every and state.step % cfg.eval_every == 0:
+                _evaluate(rag, evaluate, state)
             if state.step % cfg.checkpoint_every == 0 or state.step == total:
-                save_checkpoint(out_dir, rag, optimizer, state, cfg)
+                _save(out_dir, rag, optimizer, state, cfg)
             if stop_after is not None and taken >= stop_after:
                 bar.close()
                 return state
         if state.position >= len(order):
             state.epoch, state.position = state.epoch + 1, 0
     bar.close()
-    if evaluate:
-        state.history.append({"step": state.step, "dev": _evaluate(rag, evaluate)})
-    save_checkpoint(out_dir, rag, optimizer, state, cfg)
+    _evaluate(rag, evaluate, state)
+    _save(out_dir, rag, optimizer, state, cfg)
     return state
 
 
-def _evaluate(rag, evaluate) -> dict:
-    rag.eval()
-    try:
-        return evaluate(rag)
-    finally:
-        rag.train()
+def _save(out_dir: Path, rag, optimizer, state: TrainState, cfg: TrainConfig) -> None:
+    """Rank 0 writes the checkpoint; the other processes wait until it is complete."""
+    if distributed.is_main():
+        save_checkpoint(out_dir, rag, optimizer, state, cfg)
+    distributed.barrier()
 
 
-def _optimiser_step(rag, optimizer, examples, order, state: TrainState, cfg: TrainConfig) -> float:
-    """One Adam step over ``grad_accumulation`` micro-batches; returns the mean loss."""
+def _evaluate(rag, evaluate, state: TrainState) -> None:
+    """Score the dev set into the history (rank 0, which alone has ``evaluate``; the others wait)."""
+    if evaluate is not None:
+        rag.eval()
+        try:
+            state.history.append({"step": state.step, "dev": evaluate(rag)})
+        finally:
+            rag.train()
+    distributed.barrier()
+
+
+def _optimiser_step(model, optimizer, examples, order, state: TrainState, cfg: TrainConfig) -> float:
+    """One Adam step over ``grad_accumulation`` micro-batches; returns the mean loss. ``model(questions,
+    answers)`` is ``rag.loss``; under DDP each process takes its shard of every global micro-batch."""
     optimizer.zero_grad(set_to_none=True)
-    losses = []
-    for _ in range(cfg.grad_accumulation):
-        if state.position >= len(order):
-            break
+    micro = min(cfg.grad_accumulation, math.ceil((len(order) - state.position) / cfg.batch_size))
+    loss_sum = 0.0
+    for m in range(micro):
         batch = [examples[i] for i in order[state.position: state.position + cfg.batch_size]]
         state.position += len(batch)
-        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=cfg.mixed_precision):
-            loss = rag.loss([x for x, _ in batch], [y for _, y in batch], k=cfg.k, epsilon=cfg.label_smoothing,
-                            max_target_length=cfg.max_target_length)
-        (loss / cfg.grad_accumulation).backward()
-        losses.append(float(loss.detach()))
+        mine = distributed.shard(batch)
+        with distributed.accumulating(model, last=m == micro - 1):
+            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=cfg.mixed_precision):
+                loss = model([x for x, _ in mine.examples], [y for _, y in mine.examples], k=cfg.k,
+                             epsilon=cfg.label_smoothing, max_target_length=cfg.max_target_length)
+            (loss * (mine.weight / cfg.grad_accumulation)).backward()
+        loss_sum += float(loss.detach()) * mine.weight
     optimizer.step()
-    return sum(losses) / max(1, len(losses))
+    return distributed.global_mean(loss_sum / distributed.world_size()) / max(1, micro)

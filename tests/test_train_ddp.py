@@ -1,0 +1,112 @@
+"""Data-parallel training (DDP under torchrun, gloo, 2 CPU processes) ends where one process ends on the
+same global batches, and resumes across world sizes; bad --nproc / batch sizes are one-line errors.
+
+The runs train in float64 (tests/ddp_worker.py --float64): Adam divides each gradient by its own running
+size, so in float32 the rounding noise of a gradient that is zero in exact arithmetic (an attention key's
+bias) becomes an update of up to lr; in float64 that noise stays far below Adam's epsilon, and what is left
+is rounding, bounded by tests/tolerance.py (:func:`assert_same_weights`), some 10^4 below the O(lr) change
+a wrong shard weight or a lost gradient makes."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+import ddp_worker
+from openbook.cli import main
+from tolerance import magnitude, tolerance
+
+WORKER = Path(ddp_worker.__file__)
+ROOT = WORKER.parent.parent
+# the tiny BART's longest reduction is its 128-word vocabulary; 2 encoder + 2 decoder layers: 2*2 + 3*2 + 1
+TERMS, DEPTH = 128, 11
+STEPS = ["--max-steps", "4"]
+
+
+@pytest.fixture(scope="module")
+def kb(tmp_path_factory):
+    path = tmp_path_factory.mktemp("ddp") / "kb"
+    ddp_worker.build_kb(path)
+    return str(path)
+
+
+def two_processes(kb: str, out: Path, *args: str) -> None:
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1",
+           "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    done = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
+                           str(WORKER), kb, str(out), "--float64", *args], env=env, capture_output=True, text=True,
+                          timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+
+
+def one_process(kb: str, out: Path, *args: str) -> None:
+    threads = torch.get_num_threads()
+    try:
+        assert ddp_worker.main([kb, str(out), "--float64", *args]) == 0
+    finally:
+        torch.set_num_threads(threads)
+
+
+def weights(out: Path) -> dict:
+    return load_file(str(out / "checkpoint" / "model.safetensors"))
+
+
+def assert_same_weights(a: dict, b: dict, steps: int = 4) -> None:
+    """Every weight within float64 rounding of the tiny BART's reductions, plus what the float32 index adds:
+    the retrieval scores (16-dim dot products, then a softmax over them; a gradient sums them over the batch)
+    are float32 and are computed in
+    other batches by 1 and 2 processes, so each gradient may differ by float32 rounding relative to itself,
+    which moves Adam's update (at most lr a step, whatever the gradient's size) by as much relative to lr."""
+    assert a.keys() == b.keys()
+    tol = tolerance(max(magnitude(t) for t in a.values()), terms=TERMS, depth=DEPTH, dtype=torch.float64)
+    cfg = ddp_worker.config(steps, 1)
+    largest_update = steps * max(cfg.lr_generator, cfg.lr_query_encoder, cfg.lr_score_scale)
+    # a gradient sums its batch's k scores per example (4 x 3), each a 16-term float32 dot product
+    tol["atol"] += tolerance(terms=16 * 3 * 4, depth=2, dtype=torch.float32, scale=largest_update)["atol"]
+    for name in a:
+        torch.testing.assert_close(b[name], a[name], **tol, msg=lambda m, name=name: f"{name}: {m}")
+
+
+def test_two_processes_end_with_the_weights_of_one_on_the_same_global_batches(kb, tmp_path):
+    # batches of 4 over 7 examples: every other global batch has 3, split 2 + 1 (unequal shards)
+    one_process(kb, tmp_path / "one", *STEPS, "--batch-size", "4")
+    two_processes(kb, tmp_path / "two", *STEPS, "--batch-size", "4")
+    a, b = weights(tmp_path / "one"), weights(tmp_path / "two")
+    assert_same_weights(a, b)
+    start = ddp_worker.make_rag(ddp_worker.KnowledgeBase.load(kb)).double().state_dict()
+    assert any(not torch.allclose(start[k], a[k]) for k in a)  # training moved the weights
+
+
+def test_runs_resume_across_world_sizes_to_the_uninterrupted_weights(kb, tmp_path):
+    # batches of 2, 2 micro-batches a step: the epoch's last micro-batch (1 example) leaves rank 1 none
+    batches = ["--batch-size", "2", "--grad-accumulation", "2"]
+    one_process(kb, tmp_path / "straight", *STEPS, *batches)
+    two_processes(kb, tmp_path / "two", "--max-steps", "2", *batches)  # stopped after a checkpoint at step 2
+    shutil.copytree(tmp_path / "two", tmp_path / "two_then_one")
+    two_processes(kb, tmp_path / "two", *STEPS, *batches, "--resume")
+    one_process(kb, tmp_path / "two_then_one", *STEPS, *batches, "--resume")
+    one_process(kb, tmp_path / "one_then_two", "--max-steps", "2", *batches)
+    two_processes(kb, tmp_path / "one_then_two", *STEPS, *batches, "--resume")
+    straight = weights(tmp_path / "straight")
+    for run in ("two", "two_then_one", "one_then_two"):
+        assert_same_weights(straight, weights(tmp_path / run))
+
+
+@pytest.mark.parametrize("options, message", [
+    (["--nproc", "0"], "argument --nproc: "),
+    (["--nproc", "2", "--batch-size", "3"], "--batch-size 3 (the global batch) does not divide among 2 processes"),
+])
+def test_bad_nproc_or_batch_size_is_a_one_line_error(tmp_path, capsys, options, message):
+    data = tmp_path / "train.jsonl"
+    data.write_text('{"question": "q", "answers": ["a"]}\n')
+    code = main(["train", "--train", str(data), "--out", str(tmp_path / "run"), *options])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and message in err and err.splitlines()[-1].startswith(("openbook", "usage")), err
+    assert not (tmp_path / "run").exists()
