@@ -24,11 +24,11 @@ from pathlib import Path
 import torch
 from tqdm import tqdm
 
+import openbook.train.distributed as distributed
 from openbook.atomic import atomic_dir, exclusive_lock, remove_leftovers_beside
 from openbook.errors import InputError
 from openbook.models.adapters import LORA_MARK, has_lora, lora_tensor_names
 from openbook.models.weights import WEIGHTS_FILE, load_weights, read_tensors, save_weights, weights_path, write_tensors
-from openbook.train import distributed
 
 CHECKPOINT = "checkpoint"
 LOCK_FILE = ".train.lock"  # held by the one process training into a run folder

@@ -104,22 +104,17 @@ class LocalShard:
 class RayShard:
     """A shard served by a Ray actor: ``submit`` returns an ObjectRef, ``gather`` waits for several."""
 
-    def __init__(self, actor):
-        self.actor = actor
+    def __init__(self, actor, ray):
+        self.actor, self.ray = actor, ray  # the ray module, imported (optional dependency) by start_shards
 
     def submit(self, method: str, *args):
         return getattr(self.actor, method).remote(*args)
 
-    @staticmethod
-    def gather(pending: list) -> list:
-        import ray
-
-        return ray.get(pending)
+    def gather(self, pending: list) -> list:
+        return self.ray.get(pending)
 
     def close(self) -> None:
-        import ray
-
-        ray.kill(self.actor)
+        self.ray.kill(self.actor)
 
 
 def start_shards(paths: list[Path], expected_encoder: dict[str, Any] | None, verify: str,
@@ -137,4 +132,4 @@ def start_shards(paths: list[Path], expected_encoder: dict[str, Any] | None, ver
         ray.init(address=None if ray_address == "local" else ray_address, include_dashboard=False,
                  log_to_driver=False, configure_logging=False)
     actor_class = ray.remote(ShardServer).options(num_cpus=num_cpus, scheduling_strategy="SPREAD")
-    return [RayShard(actor_class.remote(str(Path(p).resolve()), expected_encoder, verify)) for p in paths]
+    return [RayShard(actor_class.remote(str(Path(p).resolve()), expected_encoder, verify), ray) for p in paths]
