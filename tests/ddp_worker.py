@@ -19,23 +19,14 @@ from transformers import BertConfig, BertModel
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from openbook.corpus import Passage  # noqa: E402
 from openbook.index import KnowledgeBase  # noqa: E402
 from openbook.models.encoders import Encoder  # noqa: E402
 from openbook.models.generators import Seq2SeqGenerator  # noqa: E402
 from openbook.rag import RAG  # noqa: E402
 from openbook.rag.assemble import build_knowledge_base  # noqa: E402
 from openbook.train import TrainConfig, train  # noqa: E402
-from tiny import bart_tokenizer, bert_tokenizer, tiny_bart  # noqa: E402
+from tiny import PASSAGES, bart_tokenizer, bert_tokenizer, tiny_bart  # noqa: E402
 
-PASSAGES = [
-    Passage("p0", "Paris", "paris is the capital of france"),
-    Passage("p1", "Hemingway", "ernest hemingway wrote the sun rises"),
-    Passage("p2", "Nobel", "the first nobel prize in physics"),
-    Passage("p3", "Everest", "everest is the largest mountain"),
-    Passage("p4", "Pacific", "the pacific is the largest ocean"),
-    Passage("p5", "Peru", "the president of peru"),
-]
 # 7 pairs: batches of 4 end an epoch with 3 (shards of 2 and 1); batches of 2 with 1 (one rank gets none)
 EXAMPLES = [("capital of france", "paris"), ("who wrote the sun rises", "hemingway"), ("largest ocean", "pacific"),
             ("largest mountain", "everest"), ("first nobel prize", "physics"), ("president of peru", "peru"),

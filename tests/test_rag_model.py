@@ -15,17 +15,8 @@ from openbook.models.encoders import Encoder
 from openbook.models.generators import Seq2SeqGenerator
 from openbook.rag import RAG
 from openbook.rag.assemble import build_knowledge_base
-from tiny import bart_tokenizer, bert_tokenizer, tiny_bart
+from tiny import PASSAGES, bart_tokenizer, bert_tokenizer, tiny_bart
 from tolerance import bound, magnitude, model_tolerance, probability_sum_bound, tolerance
-
-PASSAGES = [
-    Passage("p0", "Paris", "paris is the capital of france"),
-    Passage("p1", "Hemingway", "ernest hemingway wrote the sun rises"),
-    Passage("p2", "Nobel", "the first nobel prize in physics"),
-    Passage("p3", "Everest", "everest is the largest mountain"),
-    Passage("p4", "Pacific", "the pacific is the largest ocean"),
-    Passage("p5", "Peru", "the president of peru"),
-]
 
 
 def tiny_encoder(seed: int = 0, normalize: bool = True) -> Encoder:

@@ -14,11 +14,23 @@ from transformers import (
     T5ForConditionalGeneration,
 )
 
+from openbook.corpus import Passage
+
 WORDS = (
     "the a of in is was who what when where which first nobel prize physics paris france capital river "
     "city born wrote novel author president peru country king queen war year sun rises farewell arms "
     "hemingway ernest american literature europe largest ocean pacific atlantic mountain everest music"
 ).split()
+
+#: Six short passages the tiny RAG tests retrieve from (tests/test_rag_model.py, tests/ddp_worker.py).
+PASSAGES = [
+    Passage("p0", "Paris", "paris is the capital of france"),
+    Passage("p1", "Hemingway", "ernest hemingway wrote the sun rises"),
+    Passage("p2", "Nobel", "the first nobel prize in physics"),
+    Passage("p3", "Everest", "everest is the largest mountain"),
+    Passage("p4", "Pacific", "the pacific is the largest ocean"),
+    Passage("p5", "Peru", "the president of peru"),
+]
 
 
 def word_tokenizer(specials: tuple[str, ...], extra_words: int = 0) -> PreTrainedTokenizerFast:
