@@ -5,6 +5,7 @@ Everything runs on a tiny random Llama and a word-level tokenizer built here (no
 
 from __future__ import annotations
 
+import json
 import os
 from dataclasses import dataclass
 
@@ -104,10 +105,15 @@ def test_chat_and_plain_prompt_paths():
     ctx = chat.contexts(QUESTIONS, PASSAGES)
     assert ctx.input_ids.shape[0] == 4 and ctx.n_docs == 2 and ctx.truncated == 0
     text = tok.decode(prompt_ids(ctx, 1))
-    assert text.startswith("<|im_start|> user")
-    assert "user Berlin : berlin is the capital city" in text  # quotes stripped from titles
+    # an empty system turn by default (it replaces a template's built-in default system message)
+    assert text.startswith("<|im_start|> system <|im_end|> <|im_start|> user")
+    # the passage text first, its title after it (quotes stripped from titles)
+    assert "user berlin is the capital city of germany , the river flows through ( Title : Berlin )" in text
     assert "Question : what is the capital of france ?" in text
     assert text.endswith("<|im_end|> <|im_start|> assistant")
+    # system_prompt=None leaves it to the template (this one writes none)
+    assert tok.decode(prompt_ids(make_generator(chat=True, system_prompt=None).contexts(QUESTIONS, PASSAGES),
+                                 0)).startswith("<|im_start|> user")
     # rows are input-major (b*K + k)
     assert "who wrote the play" in tok.decode(prompt_ids(ctx, 2)) and "short play" in tok.decode(prompt_ids(ctx, 3))
 
@@ -367,3 +373,38 @@ def test_smollm2_end_to_end():
                              eos_token_id=gen.eos_token_id, pad_token_id=gen.pad_token_id)[0, ids.shape[1]:]
         assert out == ref.tolist()[: len(out)]
         assert "paris" in gen.decode_tokens(torch.tensor([out]))[0].lower()
+
+
+# ---------------------------------------------------------------------------------------------- trained runs
+
+
+def test_a_run_records_its_prompt_and_is_prompted_that_way_again(tmp_path):
+    """`openbook train` writes the prompt into run.json and load_run sets it again, so changing openbook's default
+    prompt later does not change what a trained run is shown; a bad recorded prompt is a one-line input error."""
+    from openbook.errors import InputError
+    from openbook.models.causal import DEFAULT_CHAT_PROMPT, DEFAULT_SYSTEM_PROMPT
+    from openbook.rag.assemble import load_run
+    from test_closed_book import save_tiny_models, train_run
+
+    _, enc_dir, kb_dir = save_tiny_models(tmp_path)
+    gen = make_generator(chat=True)
+    gen_dir = tmp_path / "causal"
+    gen.model.save_pretrained(gen_dir)
+    gen.tokenizer.save_pretrained(gen_dir)
+    run = train_run(tmp_path, "run", "rag-sequence", gen_dir, enc_dir, kb_dir, "--freeze-retriever")
+    spec_path = run / "run.json"
+    spec = json.loads(spec_path.read_text())
+    assert spec["prompt"] == {"template": DEFAULT_CHAT_PROMPT, "system": DEFAULT_SYSTEM_PROMPT}
+
+    custom = "Question: {question}\n{title}: {text}"
+    spec["prompt"] = {"template": custom, "system": None}
+    spec_path.write_text(json.dumps(spec))
+    loaded = load_run(run).generator
+    assert (loaded.prompt_template, loaded.system_prompt) == (custom, None)
+    assert loaded.render("q", "T", "x") == gen.tokenizer.apply_chat_template(
+        [{"role": "user", "content": "Question: q\nT: x"}], add_generation_prompt=True, tokenize=False)
+
+    spec["prompt"] = {"template": "no fields", "system": None}
+    spec_path.write_text(json.dumps(spec))
+    with pytest.raises(InputError, match="run.json.*must contain the field"):
+        load_run(run)

@@ -37,6 +37,7 @@ from openbook.models.generators import Contexts, Generator, Memory, PassageLike,
 __all__ = [
     "DEFAULT_CHAT_PROMPT",
     "DEFAULT_PLAIN_PROMPT",
+    "DEFAULT_SYSTEM_PROMPT",
     "CausalDecodeState",
     "CausalLMGenerator",
 ]
@@ -46,8 +47,15 @@ logger = logging.getLogger(__name__)
 #: The user message of the chat-template path. Fields: ``{title}``, ``{text}``, ``{question}`` (literal
 #: braces must be doubled, as in :meth:`str.format`).
 #: Passage first, then the question and the instruction: on SmolLM2-135M-Instruct zero-shot this
-#: made the answer name the fact from the passage more often than an instruction-first prompt.
-DEFAULT_CHAT_PROMPT = "{title}: {text}\n\nQuestion: {question}\nAnswer in a few words, using the passage above."
+#: made the answer name the fact from the passage more often than an instruction-first prompt. The title
+#: comes *after* the text: written first ("Aruba: Mike Eman is ..."), a small model copies it as the answer
+#: (the hot-swap experiment's passages are titled with the country, and the answer was the country).
+DEFAULT_CHAT_PROMPT = "{text}\n(Title: {title})\n\nQuestion: {question}\nAnswer in a few words, using the passage above."
+
+#: The system message of the chat path: an empty one. ``None`` would let a template write its built-in default
+#: (SmolLM2's "You are a helpful AI assistant named SmolLM, trained by Hugging Face", ~20 tokens of every
+#: prompt, which the model then echoes: "Who discovered penicillin?" -> "ScottolLM").
+DEFAULT_SYSTEM_PROMPT = ""
 
 #: The whole prompt of the plain (no chat template) path; the answer continues after ``Answer:``.
 DEFAULT_PLAIN_PROMPT = "Title: {title}\nPassage: {text}\nQuestion: {question}\nAnswer:"
@@ -92,8 +100,9 @@ class CausalLMGenerator(Generator):
             is the *user message* (default :data:`DEFAULT_CHAT_PROMPT`), rendered by
             ``tokenizer.apply_chat_template(..., add_generation_prompt=True)``; on the plain path it is the
             whole prompt (default :data:`DEFAULT_PLAIN_PROMPT`).
-        system_prompt: an optional system message (chat path only). ``None`` sends none, so a template with a
-            built-in default system message (SmolLM2's) uses its own.
+        system_prompt: the system message (chat path only; default :data:`DEFAULT_SYSTEM_PROMPT`, an empty
+            one). ``None`` sends none, so a template with a built-in default system message (SmolLM2's) uses
+            its own; a template that refuses a system role gets none.
         use_chat_template: force (``True``) or forbid (``False``) the chat path; ``None`` uses it iff the
             tokenizer has a ``chat_template``.
         eos_token_id: the token that ends an answer. Default: on the chat path the template's end-of-turn
@@ -117,7 +126,7 @@ class CausalLMGenerator(Generator):
         tokenizer,
         max_context_length: int = 384,
         prompt_template: str | None = None,
-        system_prompt: str | None = None,
+        system_prompt: str | None = DEFAULT_SYSTEM_PROMPT,
         use_chat_template: bool | None = None,
         eos_token_id: int | None = None,
         answer_prefix: str | None = None,
@@ -130,13 +139,8 @@ class CausalLMGenerator(Generator):
         if use_chat_template is None:
             use_chat_template = getattr(tokenizer, "chat_template", None) is not None
         self.use_chat_template = bool(use_chat_template)
-        self.prompt_template = prompt_template if prompt_template is not None else (
-            DEFAULT_CHAT_PROMPT if self.use_chat_template else DEFAULT_PLAIN_PROMPT
-        )
-        for name in ("{title}", "{text}", "{question}"):
-            if name not in self.prompt_template:
-                raise ValueError(f"prompt_template must contain the field {name}: {self.prompt_template!r}")
-        self.system_prompt = system_prompt
+        self.prompt_template = DEFAULT_CHAT_PROMPT if self.use_chat_template else DEFAULT_PLAIN_PROMPT
+        self.system_prompt = None
         self.answer_prefix = answer_prefix if answer_prefix is not None else ("" if self.use_chat_template else " ")
 
         self.eos_token_id = eos_token_id if eos_token_id is not None else self._default_eos()
@@ -149,8 +153,7 @@ class CausalLMGenerator(Generator):
 
         # Special tokens the tokenizer puts before a plain text (BOS); chat templates write their own.
         self._prefix_ids = [] if self.use_chat_template else self._leading_special_ids()
-        # The prompt text after the question: answers are tokenised as its continuation.
-        self._answer_anchor = self.render(_SENTINEL, "t", "p").rsplit(_SENTINEL, 1)[-1]
+        self.set_prompt(prompt_template, system_prompt)
         self._logits_to_keep = "logits_to_keep" in inspect.signature(model.forward).parameters
         # Whether the model's cache layers hold only keys and values: then prompts can be prefilled in length
         # groups and their caches merged (sliding-window layers keep more state).
@@ -203,6 +206,30 @@ class CausalLMGenerator(Generator):
             if full[start : start + len(plain)] == plain:
                 return list(full[:start])
         return []
+
+    def set_prompt(self, template: str | None = None, system: str | None = DEFAULT_SYSTEM_PROMPT) -> None:
+        """Use another prompt template (``None``: this path's default) and system message (see the class).
+
+        A training run records both in its run.json and :func:`~openbook.rag.assemble.load_run` sets them
+        again, so a run is always prompted the way it was trained."""
+        template = template if template is not None else (
+            DEFAULT_CHAT_PROMPT if self.use_chat_template else DEFAULT_PLAIN_PROMPT)
+        for name in ("{title}", "{text}", "{question}"):
+            if name not in template:
+                raise ValueError(f"prompt_template must contain the field {name}: {template!r}")
+        self.prompt_template, self.system_prompt = template, system
+        if self.use_chat_template and system is not None:
+            try:
+                self.render(_SENTINEL, "t", "p")
+            except Exception:  # e.g. a template that raises on a system role (Gemma's): send none
+                logger.debug("the chat template refused a system message; sending none", exc_info=True)
+                self.system_prompt = None
+        # The prompt text after the question: answers are tokenised as its continuation.
+        self._answer_anchor = self.render(_SENTINEL, "t", "p").rsplit(_SENTINEL, 1)[-1]
+
+    def prompt_settings(self) -> dict:
+        """The prompt as a training run records it (:meth:`set_prompt`'s arguments)."""
+        return {"template": self.prompt_template, "system": self.system_prompt}
 
     def render(self, question: str, title: str, text: str) -> str:
         """The prompt string for one (question, passage)."""
