@@ -1,5 +1,6 @@
 """Data-parallel training (DDP under torchrun, gloo, 2 CPU processes) ends where one process ends on the
-same global batches, and resumes across world sizes; bad --nproc / batch sizes are one-line errors.
+same global batches, and resumes across world sizes; `openbook train --nproc 2` runs end to end, rank 0
+alone writing the run; bad --nproc / batch sizes are one-line errors.
 
 The runs train in float64 (tests/ddp_worker.py --float64): Adam divides each gradient by its own running
 size, so in float32 the rounding noise of a gradient that is zero in exact arithmetic (an attention key's
@@ -9,6 +10,7 @@ a wrong shard weight or a lost gradient makes."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -99,6 +101,53 @@ def test_runs_resume_across_world_sizes_to_the_uninterrupted_weights(kb, tmp_pat
     straight = weights(tmp_path / "straight")
     for run in ("two", "two_then_one", "one_then_two"):
         assert_same_weights(straight, weights(tmp_path / run))
+
+
+# imported by the processes `openbook train --nproc 2` starts (first on their PYTHONPATH): each records the
+# checkpoint writes it begins, with its rank, in $OPENBOOK_TEST_WRITES
+SPY = """import os
+import openbook.atomic as atomic
+
+_atomic_dir = atomic.atomic_dir
+
+
+def atomic_dir(path, *args, **kwargs):
+    with open(os.environ["OPENBOOK_TEST_WRITES"], "a") as log:
+        log.write(os.environ.get("RANK", "-") + " " + os.path.basename(str(path)) + "\\n")
+    return _atomic_dir(path, *args, **kwargs)
+
+
+atomic.atomic_dir = atomic_dir
+"""
+
+
+def test_train_command_with_nproc_2_runs_end_to_end_and_rank_0_alone_writes(tmp_path, monkeypatch, capfd):
+    from test_closed_book import save_tiny_models
+
+    gen_dir, enc_dir, kb_dir = save_tiny_models(tmp_path)
+    data = tmp_path / "train.jsonl"
+    data.write_text("\n".join(json.dumps({"input": x, "target": y}) for x, y in ddp_worker.EXAMPLES))
+    spy, writes = tmp_path / "spy", tmp_path / "writes.log"
+    spy.mkdir()
+    (spy / "sitecustomize.py").write_text(SPY)
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(spy), str(ROOT), os.environ.get("PYTHONPATH")])))
+    monkeypatch.setenv("OPENBOOK_TEST_WRITES", str(writes))
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    run = tmp_path / "run"
+    code = main(["train", "--train", str(data), "--kb", str(kb_dir), "--generator", str(gen_dir), "--encoder",
+                 str(enc_dir), "--k", "2", "--max-steps", "2", "--batch-size", "2", "--checkpoint-every", "1",
+                 "--learn-scale", "--nproc", "2", "--out", str(run)])
+    out, err = capfd.readouterr()
+    assert code == 0, err[-3000:]
+    reports = [json.loads(line) for line in out.splitlines() if line.startswith("{")]
+    assert len(reports) == 1 and reports[0]["steps"] == 2, out  # rank 0 alone reports
+    assert json.loads((run / "run.json").read_text())["learn_scale"] is True
+    assert json.loads((run / "report.json").read_text())["steps"] == 2
+    state = json.loads((run / "checkpoint" / "state.json").read_text())["state"]
+    assert state["step"] == 2 and (run / "checkpoint" / "model.safetensors").is_file()
+    begun = writes.read_text().splitlines()  # a checkpoint after each step and at the end: rank 0's, never rank 1's
+    assert begun and set(begun) == {"0 checkpoint"}, begun
+    assert not [p.name for p in run.iterdir() if p.name.startswith(".checkpoint")]  # no half-written copies
 
 
 @pytest.mark.parametrize("options, message", [
