@@ -62,7 +62,10 @@ def check_k(k, available: int | None = None) -> int:
 
 
 def retrieval_logprobs(scores, scale=1.0):
-    """log p(z|x) = log_softmax(scale * scores) over the top k (the last axis), as a float32 torch tensor.
+    """log p(z|x) = log_softmax(scale * scores) over the top k (the last axis), as a torch tensor of at least
+    float32: half-precision scores are computed in float32, float64 scores (a float64 query encoder) stay
+    float64, as in :func:`openbook.rag.marginal.doc_log_prior`. Rounding them to float32 would make the
+    gradient of a learned scale, a sum over the k documents that largely cancels, float32 noise.
 
     ``scores`` are a retriever's scores (a numpy array or a torch tensor; gradients flow through a tensor
     and through a tensor ``scale``, e.g. RAG's learned score scale)."""
@@ -70,7 +73,7 @@ def retrieval_logprobs(scores, scale=1.0):
 
     if not isinstance(scores, torch.Tensor):
         scores = torch.from_numpy(np.ascontiguousarray(scores, dtype=np.float32))
-    return torch.log_softmax(scores.float() * scale, dim=-1)
+    return torch.log_softmax(scores.to(torch.promote_types(scores.dtype, torch.float32)) * scale, dim=-1)
 
 
 @dataclass

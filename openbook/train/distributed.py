@@ -147,7 +147,10 @@ def launch(processes: int, argv: list[str]) -> int:
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
 
     args = torchrun.parse_args(["--standalone", f"--nproc-per-node={processes}", "--max-restarts=0",
-                                "--module", "openbook", *argv])
+                                "--module", "openbook"])
+    # openbook's own arguments bypass torchrun's parser, which would read `--nproc N` in them as an
+    # ambiguous abbreviation of its --nproc-per-node (argparse matches prefixes even in the script's args)
+    args.training_script_args = list(argv)
     quiet = logging.getLogger("torch.distributed.elastic")
     level = quiet.level
     quiet.setLevel(logging.CRITICAL)  # the agent's own failure tables; the processes' errors still print
