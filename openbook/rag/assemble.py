@@ -29,11 +29,11 @@ from openbook.index.sharded import stored_encoder_info
 from openbook.models import cache_dir, load_causal_lm, load_config, load_encoder, load_seq2seq
 from openbook.models.adapters import LoraSettings, merge_lora_tensors
 from openbook.models.causal import CausalLMGenerator
+from openbook.models.device import resolve_device
 from openbook.models.encoders import Encoder
 from openbook.models.generators import Generator, Seq2SeqGenerator
 from openbook.models.hf_rag import is_hf_rag_checkpoint, load_hf_rag
 from openbook.models.loading import GENERATOR_ALIASES
-from openbook.models.device import resolve_device
 from openbook.models.precision import TORCH_DTYPES, resolve_dtype
 from openbook.models.weights import load_tensors, load_weights, read_tensors, weights_path
 from openbook.rag.closed_book import ClosedBook
