@@ -17,7 +17,6 @@ import torch
 
 import openbook.rag.assemble as assemble
 from openbook import cli
-from openbook.commands import options
 from openbook.errors import InputError
 from openbook.index.dense import FlatIPIndex, gpu
 from openbook.models.device import module_device, resolve_device
