@@ -58,6 +58,9 @@ class StubRAG:
         self.warn = warn
         self.calls: list[tuple[list[str], dict]] = []
 
+    def to(self, device):  # load_model moves a model to --device, as nn.Module.to does
+        return self
+
     def ask(self, questions, k=5, num_beams=4, decoding="thorough", max_new_tokens=32):
         questions = list(questions)
         self.calls.append((questions, dict(k=k, num_beams=num_beams, decoding=decoding, max_new_tokens=max_new_tokens)))
@@ -405,7 +408,8 @@ def test_load_model_passes_the_options_to_the_one_loader(monkeypatch):
                                           "--encoder", "e", "--retriever", "bm25", "--k", "3", "--untrained"])
     assert options.load_model(args) == "loaded"
     assert seen == {"model": "rag-token", "kb": "kb", "generator": "g", "encoder": "e", "run": None,
-                    "retriever": "bm25", "k": 3, "untrained": True, "dtype": "auto"}
+                    "retriever": "bm25", "k": 3, "untrained": True, "dtype": "auto",
+                    "device": options.device(args)}  # --device auto, resolved: cuda where there is a GPU
 
 
 def python(*args):

@@ -48,7 +48,7 @@ def register(subparsers) -> None:
     ask.add_argument("--file", metavar="QUESTIONS.txt",
                      help="answer every question in this file, one per line (blank lines skipped; '-' reads stdin)")
     options.add_options(ask, "model", "k", "retriever", "beams", "decoding", "run", "kb", "generator", "untrained", "encoder",
-                        "max-new-tokens", "dtype", "batch-size", defaults=ASK_DEFAULTS)
+                        "max-new-tokens", "dtype", "device", "batch-size", defaults=ASK_DEFAULTS)
     ask.add_argument("--min-new-tokens", type=int, metavar="N", default=0,
                      help="shortest answer, in generator tokens (default: %(default)s)")
     ask.add_argument("--length-penalty", type=float, metavar="X", default=1.0,

@@ -77,7 +77,7 @@ def register(subparsers) -> None:
                        help=f"the task: {', '.join(TASK_NAMES)}")
     group.add_argument("--data", metavar="FILE", help="the task's data file (its format: see below)")
     options.add_options(group, "kb", "model", "generator", "untrained", "encoder", "run", "retriever", "k", "beams", "decoding",
-                        "max-new-tokens", "dtype", "batch-size", closed_book=True)
+                        "max-new-tokens", "dtype", "device", "batch-size", closed_book=True)
     group.add_argument("--limit", type=positive_int, metavar="N", default=None, help="evaluate the first N examples")
     group.add_argument("--out", metavar="DIR", default=None,
                        help="where report.json and report.md go (default: ./eval-TASK)")
@@ -105,7 +105,7 @@ def register(subparsers) -> None:
         ),
     )
     retrieval.add_argument("--questions", metavar="FILE", required=True, help="the question set (JSON Lines, .gz ok)")
-    options.add_options(retrieval, "kb", "encoder")
+    options.add_options(retrieval, "kb", "encoder", "device")
     retrieval.add_argument(
         "--k", type=k_list, default=k_list(DEFAULT_K_TEXT), metavar="K,K,...",
         help=f"cut-offs for recall@k (default: {DEFAULT_K_TEXT})",
@@ -159,6 +159,7 @@ def _cmd_task(args: argparse.Namespace) -> int:
         "limit": args.limit,
         **({"run": str(args.run)} if args.run else {"generator": args.generator}),  # encoder: the model's, below
         "dtype": args.dtype,
+        "device": str(options.device(args)),
         **report["settings"],
     }
     json_path, md_path = write_report(report, out)
@@ -196,7 +197,8 @@ def _cmd_retrieval(args: argparse.Namespace) -> int:
     from openbook.index import load_knowledge_base
     from openbook.rag.assemble import demo_knowledge_base, encoder_name
 
-    encoder = kb_commands.load_encoder(encoder_name(args.encoder, args.kb))
+    device = options.device(args)  # a missing GPU fails before the encoder loads
+    encoder = kb_commands.load_encoder(encoder_name(args.encoder, args.kb)).to(device)
     if args.kb is None:
         kb = demo_knowledge_base(encoder)
     else:

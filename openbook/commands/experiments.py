@@ -30,7 +30,7 @@ def register(commands) -> None:
     hs.add_argument("--run", metavar="RUN", help="a run trained with `openbook train --out` (its query encoder "
                     "and generator; the paper swaps the index under its NQ-trained model); default: the untrained "
                     "--generator and --encoder")
-    options.add_options(hs, "model", "generator", "untrained", "encoder", "k", "beams")
+    options.add_options(hs, "model", "generator", "untrained", "encoder", "k", "beams", "device")
     hs.add_argument("--max-new-tokens", type=positive_int, metavar="N",
                     help=f"longest answer (default: {HOT_SWAP_MAX_NEW_TOKENS})")
     hs.add_argument("--limit", type=positive_int, help="first N changed offices only")
@@ -54,7 +54,7 @@ def _experiment(group, name: str, help: str, description: str, handler, data: bo
         p.add_argument("--limit", type=positive_int, metavar="N", help="first N dev examples only (default: all)")
         options.add_options(p, "batch-size", "max-new-tokens", "decoding")
     # The reports in docs/experiments decode greedily (--beams 1, fast on a CPU: scripts/real_runs.sh).
-    options.add_options(p, "beams", "kb")
+    options.add_options(p, "beams", "kb", "device")
     p.add_argument("--out", required=True, metavar="DIR", help="report.json, report.md and the plot go here")
     p.add_argument("--json", action="store_true", help="end with one JSON line of the headline figures")
     p.set_defaults(handler=handler, subparser=p)
@@ -150,7 +150,7 @@ def _settings(args: argparse.Namespace):
     return EvalSettings(data=args.data, task=args.task, limit=args.limit, batch_size=args.batch_size,
                         beams=args.beams, max_new_tokens=args.max_new_tokens,
                         decoding=args.decoding or options.DEFAULT_DECODING, kb=args.kb,
-                        k=args.k)
+                        k=args.k, device=str(options.device(args)))
 
 
 def _given(args: argparse.Namespace, names) -> dict[str, str]:
@@ -195,7 +195,7 @@ def _posterior(args: argparse.Namespace) -> int:
         inputs = [ex.input for ex in examples]
     return run_posterior(args.run, args.question, args.out, k=args.k, beams=args.beams,
                          max_new_tokens=args.max_new_tokens, kb=args.kb, as_json=args.json, inputs=inputs,
-                         batch_size=args.batch_size, min_moved=args.min_moved)
+                         batch_size=args.batch_size, min_moved=args.min_moved, device=str(options.device(args)))
 
 
 def _fever(args: argparse.Namespace) -> int:
@@ -205,7 +205,7 @@ def _fever(args: argparse.Namespace) -> int:
     runs = _given(args, MODELS)
     options.quiet_libraries()
     settings = EvalSettings(data=args.data, task="fever3", limit=args.limit, batch_size=args.batch_size,
-                            beams=args.beams, kb=args.kb, k=args.k)
+                            beams=args.beams, kb=args.kb, k=args.k, device=str(options.device(args)))
     return run_fever(runs, args.train, settings, args.out, args.json, overlap_k=args.overlap_k)
 
 
@@ -223,6 +223,7 @@ def run_hot_swap_command(args: argparse.Namespace) -> int:
     from openbook.models import load_encoder
     from openbook.rag.assemble import build_knowledge_base, load_model, read_run_spec, shipped_default
 
+    device = options.device(args)  # a missing GPU fails before anything is built
     options.quiet_libraries()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -238,18 +239,18 @@ def run_hot_swap_command(args: argparse.Namespace) -> int:
             args.subparser.error(f"--run {args.run} is a closed-book run: the hot swap needs a retriever")
         # The era indexes are written with the frozen *document* encoder d(z), the run's untrained one;
         # the trained query encoder q(x) only reads them.
-        encoder = load_encoder(spec["encoder"])
+        encoder = load_encoder(spec["encoder"]).to(device)
     else:
-        encoder = load_encoder(args.encoder or "default")
+        encoder = load_encoder(args.encoder or "default").to(device)
     build = lambda passages, path: build_knowledge_base(  # noqa: E731 - rerunning replaces the indexes of --out
         passages, encoder, path, progress=False, replace=True)
     probe = build(_probe_passage(), out / "kb-probe")  # the model starts on this; each era's index replaces it
     if args.run:  # the run's own knowledge base is never loaded
-        rag = load_model(run=args.run, kb=probe, model=args.model)
+        rag = load_model(run=args.run, kb=probe, model=args.model, device=device)
         model, generator = rag.model_type, str(Path(args.run).resolve())
     else:
         model, generator = args.model or "rag-sequence", args.generator
-        rag = load_model(model=model, kb=probe, generator=args.generator, encoder=encoder, k=1)
+        rag = load_model(model=model, kb=probe, generator=args.generator, encoder=encoder, k=1, device=device)
     k = args.k or options.DEFAULT_K
     report = run_hot_swap(rag, args.leaders, out, build, limit=args.limit, k=k, num_beams=args.beams,
                           max_new_tokens=args.max_new_tokens or HOT_SWAP_MAX_NEW_TOKENS)

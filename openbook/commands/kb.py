@@ -19,7 +19,7 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-from openbook.commands import kb_shard, positive_int
+from openbook.commands import kb_shard, options, positive_int
 from openbook.commands.kb_encode import RAY_BATCH, build_encode_passages, encode_fn
 
 
@@ -112,6 +112,7 @@ def _register_build(actions) -> None:
     build.add_argument("--restart", action="store_true",
                        help="discard the state of an interrupted build of DIR instead of continuing it")
     build.add_argument("--quiet", action="store_true", help="no progress bars")
+    options.add_options(build, "device")
     build.set_defaults(handler=_cmd_build)
 
 
@@ -135,6 +136,7 @@ def _register_add(actions) -> None:
     add.add_argument("--batch-size", type=positive_int, default=256, metavar="N")
     add.add_argument("--description", default=None, help="describe this version (default: what changed)")
     add.add_argument("--quiet", action="store_true", help="no progress bars")
+    options.add_options(add, "device")
     add.set_defaults(handler=_cmd_add)
 
 
@@ -153,6 +155,7 @@ def _register_update(actions) -> None:
     update.add_argument("--encoder", metavar="NAME_OR_PATH", default=None,
                         help="document encoder (default: the one the knowledge base was built with)")
     update.add_argument("--description", default=None, help="describe this version (default: what changed)")
+    options.add_options(update, "device")
     update.set_defaults(handler=_cmd_update, subparser=update)
 
 
@@ -188,14 +191,16 @@ def _record_errors(on_error: str):
     return RecordErrors(on_error, report=lambda message: warnings.warn(f"skipped {message}", stacklevel=2))
 
 
-def _kb_encoder(path: Path, manifest: dict, name: str | None):
-    """The encoder to add passages with: ``name`` or the knowledge base's own, checked against it."""
+def _kb_encoder(path: Path, manifest: dict, args: argparse.Namespace):
+    """The encoder to add passages with: ``--encoder`` or the knowledge base's own, checked against it, on
+    ``--device``."""
     from openbook.index.kb import check_encoder_matches
 
+    device = options.device(args)  # a missing GPU fails before the encoder loads
     built_with = manifest["encoder"]
-    encoder = load_encoder(name or built_with.get("name") or "default")
+    encoder = load_encoder(args.encoder or built_with.get("name") or "default")
     check_encoder_matches(path, built_with, encoder.info())
-    return encoder
+    return encoder.to(device)
 
 
 def _size(n: int) -> str:
@@ -237,7 +242,8 @@ def _cmd_build(args: argparse.Namespace) -> int:
     if args.restart and partial_dir(out).is_dir():
         with _locked(partial_dir(out) / LOCK_FILE, f"build directory {partial_dir(out)}"):  # not a running build's
             shutil.rmtree(partial_dir(out), ignore_errors=True)
-    encoder = load_encoder(args.encoder or "default")  # --encoder defaults to None in every command
+    device = options.device(args)  # a missing GPU fails before the encoder loads
+    encoder = load_encoder(args.encoder or "default").to(device)  # --encoder defaults to None in every command
     errors = _record_errors(args.on_error)
     names = ", ".join(str(s) for s in args.sources)
     batch_size = args.batch_size or (RAY_BATCH if args.ray is not None else 256)
@@ -354,7 +360,7 @@ def _cmd_add(args: argparse.Namespace) -> int:
     manifest = stored_manifest(path)
     sources = check_sources(args.sources)
     max_words = args.max_words or manifest.get("build", {}).get("max_words") or 100
-    encoder = _kb_encoder(path, manifest, args.encoder)
+    encoder = _kb_encoder(path, manifest, args)
     errors = _record_errors(args.on_error)
     names = ", ".join(str(s) for s in args.sources)
     version = edits_for(path).add(
@@ -386,7 +392,7 @@ def _cmd_update(args: argparse.Namespace) -> int:
             updates.append({**{k: record.get(k) for k in ("id", "text", "title")}, "where": f"{args.file}:{lineno}"})
         if not updates:
             raise InputError(f"{args.file} has no updates")
-    encoder = _kb_encoder(path, manifest, args.encoder)
+    encoder = _kb_encoder(path, manifest, args)
     version = edits_for(path).update(path, updates, encode_fn(encoder), description=args.description)
     return _edited(path, version)
 

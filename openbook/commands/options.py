@@ -17,6 +17,8 @@ WITH_CLOSED_BOOK = (*MODELS, "closed-book")
 RETRIEVERS = ("dense", "bm25", "hybrid")  # openbook.index.retriever.RETRIEVERS, spelled out: no imports here
 DECODINGS = ("thorough", "fast")
 DTYPES = ("auto", "float32", "bfloat16")  # openbook.models.precision.DTYPES, spelled out: no imports here
+DEVICES = ("auto", "cpu", "cuda")  # openbook.models.device.DEVICES, spelled out: no imports here
+DEFAULT_DEVICE = "auto"
 DEFAULT_K = 5  # RAG's own default (RAG(k=5)); a run's k replaces it
 # The paper's decoding (4 beams, Thorough) in float32: the defaults unless a command gives its own
 # (``add_options(..., defaults=...)``; ``openbook ask`` decodes greedily, see openbook/commands/ask.py).
@@ -98,6 +100,21 @@ def _dtype(p, default: str = DEFAULT_DTYPE) -> None:
                    "stay float32); auto is bfloat16 on such a CPU, else float32 (default: %(default)s)")
 
 
+def _device(p) -> None:
+    p.add_argument("--device", choices=DEVICES, default=DEFAULT_DEVICE,
+                   help="where the models run: cpu, or cuda (a GPU; the knowledge base's vectors stay in FAISS on the "
+                   "host, searched on the GPUs if faiss-gpu is installed); auto is cuda when PyTorch sees a GPU, "
+                   "else cpu (default: %(default)s)")
+
+
+def device(args: argparse.Namespace):
+    """The :class:`torch.device` of ``--device`` (``auto`` resolved); ``--device cuda`` without CUDA is a one-line
+    :class:`~openbook.errors.InputError` naming the option. For commands that load a model themselves."""
+    from openbook.models.device import resolve_device  # lazy: pulls in torch
+
+    return resolve_device(getattr(args, "device", DEFAULT_DEVICE), "--device")
+
+
 def _batch_size(p) -> None:
     p.add_argument("--batch-size", type=positive_int, metavar="N", default=DEFAULT_BATCH_SIZE,
                    help="questions answered together (default: %(default)s)")
@@ -106,7 +123,7 @@ def _batch_size(p) -> None:
 OPTIONS: dict[str, Callable] = {
     "model": _model, "run": _run, "kb": _kb, "generator": _generator, "untrained": _untrained, "encoder": _encoder, "k": _k,
     "retriever": _retriever, "beams": _beams, "decoding": _decoding, "max-new-tokens": _max_new_tokens,
-    "dtype": _dtype, "batch-size": _batch_size,
+    "dtype": _dtype, "batch-size": _batch_size, "device": _device,
 }
 PER_COMMAND_DEFAULTS = ("beams", "decoding", "max-new-tokens", "dtype")  # options whose default a command may set
 
@@ -140,7 +157,9 @@ def quiet_libraries() -> None:
 
 def load_model(args: argparse.Namespace, **options):
     """The model of a command's parsed options (``--model --kb --generator --encoder --run --retriever
-    --k --untrained --dtype``, those it has): :func:`openbook.rag.assemble.load_model`. Tests replace this function."""
+    --k --untrained --dtype --device``, those it has): :func:`openbook.rag.assemble.load_model`. Tests replace this
+    function."""
+    where = device(args)  # a missing GPU fails before anything loads
     quiet_libraries()
     # lazy: pulls in torch and transformers
     from openbook.rag.assemble import load_model as build
@@ -149,4 +168,5 @@ def load_model(args: argparse.Namespace, **options):
                  generator=getattr(args, "generator", "default"), encoder=getattr(args, "encoder", None),
                  run=getattr(args, "run", None), retriever=getattr(args, "retriever", None),
                  k=getattr(args, "k", None), **{"untrained": getattr(args, "untrained", False),
-                                                 "dtype": getattr(args, "dtype", DEFAULT_DTYPE), **options})
+                                                 "dtype": getattr(args, "dtype", DEFAULT_DTYPE), "device": where,
+                                                 **options})

@@ -40,7 +40,7 @@ def register(subparsers) -> None:
         ),
     )
     retrieve.add_argument("question", metavar="QUESTION")
-    options.add_options(retrieve, "kb", "k", "encoder", "retriever")
+    options.add_options(retrieve, "kb", "k", "encoder", "retriever", "device")
     retrieve.add_argument("--version", type=positive_int, default=None, metavar="N",
                           help="search this version of the knowledge base (default: its current version)")
     retrieve.add_argument("--json", action="store_true", help="print one JSON object")
@@ -60,7 +60,8 @@ def _cmd_retrieve(args: argparse.Namespace) -> int:
     if not question:
         raise InputError("the question is empty")
     # A wrong --kb path fails here, reading the manifest, before any model is loaded.
-    encoder = kb_commands.load_encoder(encoder_name(args.encoder, args.kb))
+    device = options.device(args)  # a missing GPU fails before the encoder loads
+    encoder = kb_commands.load_encoder(encoder_name(args.encoder, args.kb)).to(device)
     if args.kb is not None:
         kb = load_knowledge_base(args.kb, expected_encoder=encoder.info(), version=args.version)
     else:

@@ -51,7 +51,7 @@ def register(subparsers) -> None:
     )
     serve.add_argument("--host", default="127.0.0.1", help="address to listen on (default: %(default)s, this machine only)")
     serve.add_argument("--port", type=int, default=8000, help="TCP port (default: %(default)s)")
-    options.add_options(serve, "model", "run", "kb", "generator", "untrained", "encoder", "k", "dtype",
+    options.add_options(serve, "model", "run", "kb", "generator", "untrained", "encoder", "k", "dtype", "device",
                         defaults=SERVE_DEFAULTS)
     serve.add_argument("--kb-root", metavar="DIR", default=None,
                        help="folder of knowledge bases that POST /v1/kb/swap may switch to (by folder name)")

@@ -23,7 +23,7 @@ def register(commands) -> None:
             "DIR/run.json, from which openbook.rag.assemble.load_run and `openbook experiments` rebuild the model."
         ),
     )
-    options.add_options(p, "model", "kb", "generator", "encoder", "retriever", "k", closed_book=True)
+    options.add_options(p, "model", "kb", "generator", "encoder", "retriever", "k", "device", closed_book=True)
     p.add_argument("--train", required=True, metavar="FILE", help="training pairs (JSONL, .gz ok)")
     p.add_argument("--dev", metavar="FILE", help="dev set, scored with the task's metric (default: exact match)")
     p.add_argument("--task", metavar="T", help="read --train/--dev with this task's reader (see `openbook eval "
@@ -49,7 +49,8 @@ def register(commands) -> None:
     p.add_argument("--lora-dropout", type=float, default=0.05, metavar="P", help="LoRA dropout (default: %(default)s)")
     p.add_argument("--freeze-retriever", action="store_true", help="the 'Frozen' ablation: q(x) is not updated")
     p.add_argument("--mixed-precision", action="store_true",
-                   help="bfloat16 autocast on the CPU (fast where it has AVX-512 BF16 or AMX; warned about elsewhere)")
+                   help="bfloat16 autocast on the --device (on a CPU fast where it has AVX-512 BF16 or AMX; warned "
+                   "about elsewhere)")
     p.add_argument("--checkpoint-every", type=positive_int, default=50)
     p.add_argument("--eval-every", type=int, default=0)
     p.add_argument("--dev-limit", type=positive_int, default=200, help="dev questions evaluated (default: %(default)s)")
@@ -137,7 +138,7 @@ def run(args: argparse.Namespace) -> int:
         evaluate = exact_match_eval(read_pairs(args.dev, limit=args.dev_limit), args.k)
     from openbook.models import precision
 
-    if args.mixed_precision and not precision.bf16_hardware():
+    if args.mixed_precision and options.device(args).type == "cpu" and not precision.bf16_hardware():
         print("openbook: warning: this CPU has no native bfloat16 (AVX-512 BF16 or AMX); --mixed-precision will "
               "probably be slower than float32", file=sys.stderr)
     lora = None

@@ -78,13 +78,14 @@ def pick_handover(answers: Sequence, eos: str | None = None, min_moved: float = 
 
 def run_posterior(run: str, question: str | None, out_dir: str | Path, k: int = 5, beams: int = 1,
                   max_new_tokens: int = 16, kb: str | None = None, as_json: bool = False,
-                  inputs: list[str] | None = None, batch_size: int = 8, min_moved: float = MIN_MOVED) -> int:
+                  inputs: list[str] | None = None, batch_size: int = 8, min_moved: float = MIN_MOVED,
+                  device: str = "auto") -> int:
     """Decode ``question`` with the run's weights as RAG-Token (whatever it was trained as) and plot the
     per-token document posterior; or decode every one of ``inputs`` and plot the one with the largest
     hand-over (:func:`pick_handover`; at least ``min_moved``), listing every candidate's in the report."""
     from openbook.errors import InputError
 
-    rag = load_model(run, kb=kb, decode_as="rag-token")
+    rag = load_model(run, kb=kb, decode_as="rag-token", device=device)
     options = {"k": k, "num_beams": beams, "max_new_tokens": max_new_tokens}
     search = None
     if inputs:

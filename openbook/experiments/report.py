@@ -37,25 +37,26 @@ class EvalSettings:
     decoding: str = "thorough"  # RAG-Sequence: thorough or fast decoding
     kb: str | None = None  # knowledge base replacing the runs' own
     k: int | None = None  # passages per question at test time (None: each run's own k)
+    device: str = "auto"  # where the models run (openbook.models.device: auto, cpu, cuda)
 
 
 # ------------------------------------------------------------------------------------------ models
 
 
 def load_model(run: str, model: str = "rag-sequence", kb: str | None = None, *, decode_as: str | None = None,
-               retriever: str | None = None):
+               retriever: str | None = None, device: str = "auto"):
     """The model of a training run directory (:func:`~openbook.rag.assemble.load_run`), or for ``"default"``
     the offline default models as ``model`` (``closed-book``, ``rag-sequence``, ``rag-token``): the shipped
     fine-tuned run (:func:`openbook.data.default_run_path`) where it applies, else untrained.
     ``decode_as`` uses a run's weights as another RAG kind (``rag-token`` for the Figure 2 posteriors);
-    ``retriever`` replaces its retriever (``bm25``); ``kb`` its knowledge base."""
+    ``retriever`` replaces its retriever (``bm25``); ``kb`` its knowledge base; ``device`` is where it runs."""
     from openbook.rag.assemble import load_model as build
 
     if run != DEFAULT:
         if not Path(run).is_dir():
             raise InputError(f"{run}: not a run directory (from `openbook train --out`) nor {DEFAULT!r}")
-        return build(run=run, kb=kb, model=decode_as, retriever=retriever)
-    return build(model=decode_as or model, kb=kb, retriever=retriever)
+        return build(run=run, kb=kb, model=decode_as, retriever=retriever, device=device)
+    return build(model=decode_as or model, kb=kb, retriever=retriever, device=device)
 
 
 def run_path(run: str) -> Path | None:
@@ -115,7 +116,7 @@ def with_model(run: str, model: str, settings: EvalSettings, use, **load_options
     an experiment over several runs holds one generator in memory at a time."""
     import gc
 
-    loaded = load_model(run, model, kb=settings.kb, **load_options)
+    loaded = load_model(run, model, kb=settings.kb, device=settings.device, **load_options)
     try:
         return use(loaded)
     finally:

@@ -332,10 +332,11 @@ class CausalLMGenerator(Generator):
         its own longest prompt, so left padding costs (almost) nothing; the groups' key/value caches are
         left-padded with zeros to one width (masked, as pads always are) and put back in row order. Models
         whose cache layers keep more than keys and values (sliding windows) always run one padded block."""
-        ids, mask = contexts.input_ids, contexts.attention_mask
+        ids, mask = contexts.input_ids.to(self.device), contexts.attention_mask.to(self.device)
         positions = (mask.long().cumsum(-1) - 1).clamp(min=0)
         lengths = mask.long().sum(-1)
-        left_padded = bool((mask.bool() == (torch.arange(mask.shape[1] - 1, -1, -1)[None, :] < lengths[:, None])).all())
+        steps_left = torch.arange(mask.shape[1] - 1, -1, -1, device=mask.device)
+        left_padded = bool((mask.bool() == (steps_left[None, :] < lengths[:, None])).all())
         groups = self._length_groups(lengths) if left_padded and self._plain_cache else []
         if len(groups) <= 1:
             logits, cache = self._forward(ids, mask, positions, None, last_only=True)
@@ -343,7 +344,7 @@ class CausalLMGenerator(Generator):
                           extra={"cache": cache, "last_logits": logits[:, -1, :], "lengths": lengths})
         parts = []  # (first column, last logits, cache) of each group
         for group in groups:
-            rows = torch.tensor(group, dtype=torch.long)
+            rows = torch.tensor(group, dtype=torch.long, device=mask.device)
             start = mask.shape[1] - max(1, int(lengths[rows].max()))
             logits, cache = self._forward(ids[rows, start:], mask[rows, start:], positions[rows, start:], None,
                                           last_only=True)

@@ -37,6 +37,7 @@ from transformers import AutoConfig, AutoModel, AutoTokenizer, DPRContextEncoder
 from transformers.utils import cached_file
 
 from openbook.errors import InputError, ModelLoadError, positive_int
+from openbook.models.device import module_device
 
 POOLINGS = ("mean", "cls", "pooler")
 PASSAGE_FORMATS = ("pair", "joined")
@@ -259,7 +260,8 @@ class Encoder(torch.nn.Module):
     def _encode(
         self, features: list[Features], batch_size: int, dtype: str | None, progress: bool = False, sort: bool = True
     ) -> np.ndarray:
-        """Embed without gradients in length-sorted batches; rows come back in input order."""
+        """Embed without gradients in length-sorted batches, on the model's :attr:`device`; rows come back in
+        input order, as a numpy array on the host."""
         batch_size = positive_int(batch_size, "batch_size")
         if not features:
             return np.zeros((0, self.dim), dtype=np.float32)
@@ -270,7 +272,7 @@ class Encoder(torch.nn.Module):
         parts = []
         with self._inference(dtype or self.compute_dtype):
             for batch in _progress(batches, progress):
-                parts.append(self._embed([features[i] for i in batch]).float().numpy())
+                parts.append(self._embed([features[i] for i in batch]).float().cpu().numpy())
         out = np.empty((len(features), parts[0].shape[1]), dtype=np.float32)
         out[order] = np.concatenate(parts)
         return out
@@ -287,8 +289,8 @@ class Encoder(torch.nn.Module):
 
     @property
     def device(self) -> torch.device:
-        """Device of the model's parameters."""
-        return next(self.model.parameters()).device
+        """Device of the model's parameters: inputs are moved there, vectors come back to the host."""
+        return module_device(self.model)
 
     @contextmanager
     def _inference(self, dtype: str) -> Iterator[None]:

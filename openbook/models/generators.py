@@ -28,6 +28,7 @@ from torch import nn
 from transformers import DynamicCache, EncoderDecoderCache
 
 from openbook.models.budget import fit_questions
+from openbook.models.device import module_device
 from openbook.models.encoders import PassageLike
 
 
@@ -87,11 +88,11 @@ def length_groups(lengths: Sequence[int], group_cost: int = GROUP_COST_TOKENS) -
 
 def regroup_rows(parts: Sequence[torch.Tensor], groups: Sequence[Sequence[int]]) -> torch.Tensor:
     """Concatenate per-group results (dim 0) and put the rows back in their original order."""
-    order = torch.tensor([i for group in groups for i in group], dtype=torch.long)
-    inverse = torch.empty_like(order)
-    inverse[order] = torch.arange(len(order))
     stacked = parts[0] if len(parts) == 1 else torch.cat(list(parts), dim=0)
-    return stacked.index_select(0, inverse.to(stacked.device))
+    order = torch.tensor([i for group in groups for i in group], dtype=torch.long, device=stacked.device)
+    inverse = torch.empty_like(order)
+    inverse[order] = torch.arange(len(order), device=stacked.device)
+    return stacked.index_select(0, inverse)
 
 
 class DecodeState(Protocol):
@@ -124,6 +125,11 @@ class Generator(nn.Module):
         return length_groups(lengths.tolist(), self.length_group_cost)
 
     @property
+    def device(self) -> torch.device:
+        """Where the model's weights are: :meth:`encode` and :meth:`encode_targets` put their tensors there."""
+        return module_device(self.model)
+
+    @property
     def vocab_size(self) -> int:
         return self.model.get_output_embeddings().weight.shape[0]
 
@@ -135,7 +141,8 @@ class Generator(nn.Module):
         return self.tokenizer(answer, add_special_tokens=False)["input_ids"]
 
     def encode_targets(self, answers: Sequence[str], max_length: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-        """Tokenise answers into ``(targets, mask)``: answer tokens followed by EOS, right-padded."""
+        """Tokenise answers into ``(targets, mask)``: answer tokens followed by EOS, right-padded, on the
+        generator's :attr:`device`."""
         rows = []
         for answer in answers:
             ids = self._answer_ids(answer)
@@ -148,7 +155,7 @@ class Generator(nn.Module):
         for i, r in enumerate(rows):
             targets[i, : len(r)] = torch.tensor(r, dtype=torch.long)
             mask[i, : len(r)] = True
-        return targets, mask
+        return targets.to(self.device), mask.to(self.device)
 
     def target_token_logprobs(
         self, memory: Memory, rows: torch.Tensor, targets: torch.Tensor, lengths: torch.Tensor | None = None,
@@ -166,7 +173,7 @@ class Generator(nn.Module):
         V = max(1, self.vocab_size)
         out = targets.new_zeros((N, T), dtype=torch.float32)
         if lengths is None:
-            lengths = torch.full((N,), T, dtype=torch.long)
+            lengths = torch.full((N,), T, dtype=torch.long, device=targets.device)
         lengths = lengths.clamp(0, T)
         order = torch.argsort(lengths, stable=True)
         sorted_lengths = lengths[order].tolist()
@@ -181,7 +188,7 @@ class Generator(nn.Module):
                 chunk_targets = targets[idx, :width]
                 out[idx, :width] = self._gathered_logprobs(memory, rows[idx], chunk_targets)
             start = end
-        return out.masked_fill_(torch.arange(T)[None, :] >= lengths[:, None], 0.0)
+        return out.masked_fill_(torch.arange(T, device=out.device)[None, :] >= lengths[:, None], 0.0)
 
     def _gathered_logprobs(self, memory: Memory, rows: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
         """log p of each target token ``(N, T)``: one chunk of :meth:`target_token_logprobs`."""
@@ -278,16 +285,17 @@ class Seq2SeqGenerator(Generator):
         outputs are zero at pad positions, which the cross-attention mask hides, so every decoder output
         is the same as with one padded batch."""
         encoder = self.model.get_encoder()
-        ids, mask = contexts.input_ids, contexts.attention_mask
+        ids, mask = contexts.input_ids.to(self.device), contexts.attention_mask.to(self.device)
         lengths = mask.long().sum(-1)
-        right_padded = bool((mask.bool() == (torch.arange(mask.shape[1])[None, :] < lengths[:, None])).all())
+        steps = torch.arange(mask.shape[1], device=mask.device)
+        right_padded = bool((mask.bool() == (steps[None, :] < lengths[:, None])).all())
         groups = self._length_groups(lengths) if right_padded else []
         if len(groups) <= 1:
             out = encoder(input_ids=ids, attention_mask=mask, return_dict=True)
             return Memory(out.last_hidden_state, mask)
         parts = []
         for group in groups:
-            rows = torch.tensor(group, dtype=torch.long)
+            rows = torch.tensor(group, dtype=torch.long, device=mask.device)
             width = max(1, int(lengths[rows].max()))
             hidden = encoder(input_ids=ids[rows, :width], attention_mask=mask[rows, :width],
                              return_dict=True).last_hidden_state
@@ -306,9 +314,10 @@ class Seq2SeqGenerator(Generator):
         Thorough decoding does) and the distribution of its first token."""
         if "rescoring" in memory.extra:
             return
-        n = memory.attention_mask.shape[0]
-        state = self.begin(memory, torch.arange(n))
-        first = torch.log_softmax(state.step(torch.full((n,), self.start_token_id, dtype=torch.long)), dim=-1)
+        n, device = memory.attention_mask.shape[0], memory.attention_mask.device
+        state = self.begin(memory, torch.arange(n, device=device))
+        start = torch.full((n,), self.start_token_id, dtype=torch.long, device=device)
+        first = torch.log_softmax(state.step(start), dim=-1)
         memory.extra["rescoring"] = (first, state.cache)
 
     def end_rescoring(self, memory: Memory) -> None:

@@ -29,6 +29,7 @@ from openbook.index.sharded import stored_encoder_info
 from openbook.models import cache_dir, load_causal_lm, load_config, load_encoder, load_seq2seq
 from openbook.models.adapters import LoraSettings, merge_lora_tensors
 from openbook.models.causal import CausalLMGenerator
+from openbook.models.device import resolve_device
 from openbook.models.encoders import Encoder
 from openbook.models.generators import Generator, Seq2SeqGenerator
 from openbook.models.hf_rag import is_hf_rag_checkpoint, load_hf_rag
@@ -205,7 +206,7 @@ def _encoder(encoder, kb) -> Encoder:
 
 def load_model(model: str | None = None, kb=None, generator: str = "default", encoder: str | Encoder | None = None,
                run: str | Path | None = None, retriever: str | None = None, k: int | None = None,
-               untrained: bool = False, dtype: str = "float32", **options):
+               untrained: bool = False, dtype: str = "float32", device="auto", **options):
     """The model a command works with, built in one place, in eval mode.
 
     With ``run`` (an ``openbook train --out`` directory): its trained model (:func:`load_run`); ``model``,
@@ -221,12 +222,17 @@ def load_model(model: str | None = None, kb=None, generator: str = "default", en
 
     ``dtype`` (``float32``, ``bfloat16``, or ``auto``: bfloat16 where the CPU computes it natively) is the
     generator's: its weights are cast after loading (after a run's adapters are merged into them); the
-    query encoder, and so retrieval, stays float32."""
+    query encoder, and so retrieval, stays float32.
+
+    ``device`` (``cpu``, ``cuda``, a ``torch.device``, or ``auto``: CUDA where available) is where the model
+    runs: the generator, the query encoder and the learned score scale move there after loading; the
+    knowledge base's vectors stay in FAISS on the host (:func:`openbook.models.device.resolve_device`)."""
     dtype = resolve_dtype(dtype)
+    device = resolve_device(device)  # before loading: a missing GPU fails at once
     built = _load_model(model, kb, generator, encoder, run, retriever, k, untrained, **options)
     if dtype != "float32":
         built.generator.model.to(TORCH_DTYPES[dtype])
-    return built
+    return built.to(device)
 
 
 def _load_model(model, kb, generator, encoder, run, retriever, k, untrained: bool, **options):

@@ -94,18 +94,19 @@ def beam_search(
     batch_size: int,
     start_token_id: int,
     cfg: BeamConfig,
-    device: torch.device | str = "cpu",
+    device: torch.device | str,
 ) -> BeamOutput:
     """Beam search for ``batch_size`` independent inputs.
 
     ``step(tokens)`` feeds the last token of every live row and returns next-token logits; on the first
     call there is one row per input, afterwards ``batch_size * num_beams`` rows (input-major).
     ``select(index)`` is called once after the first step to expand rows to beams; ``reorder(index)``
-    after every later step with the parent row of each new beam.
+    after every later step with the parent row of each new beam. Every tensor of the search is made on
+    ``device``, the device ``step`` returns its logits on (the model's: there is no default).
     """
     nb, B = cfg.num_beams, batch_size
     keep = max(2, 1 + (cfg.eos_token_id is not None)) * nb
-    top_mask = torch.cat([torch.ones(nb, dtype=torch.bool), torch.zeros(keep - nb, dtype=torch.bool)]).to(device)
+    top_mask = torch.arange(keep, device=device) < nb
     L = cfg.max_length
     running = torch.full((B, nb, L), cfg.fill_value(), dtype=torch.long, device=device)
     running[:, :, 0] = start_token_id
@@ -201,7 +202,7 @@ def greedy_search(
     batch_size: int,
     start_token_id: int,
     cfg: BeamConfig,
-    device: torch.device | str = "cpu",
+    device: torch.device | str,
     on_step: Callable[[int, torch.Tensor], None] | None = None,
 ) -> BeamOutput:
     """Greedy decoding (argmax of the processed distribution), stopping each row at EOS.
@@ -211,7 +212,8 @@ def greedy_search(
 
     Scored as :func:`beam_search` scores one beam: ``scores`` sums the *processed* log-probabilities
     (a forced BOS or EOS counts log 1 = 0, as in transformers) over ``generated_length ** length_penalty``;
-    ``raw_logprobs`` sums the model's own, without a forced BOS (see :func:`_unforced`).
+    ``raw_logprobs`` sums the model's own, without a forced BOS (see :func:`_unforced`). Tensors are made
+    on ``device``, the device of ``step``'s logits (no default), as in :func:`beam_search`.
     """
     L = cfg.max_length
     pad = cfg.pad_token_id if cfg.pad_token_id is not None else cfg.fill_value()

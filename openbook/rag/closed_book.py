@@ -90,8 +90,8 @@ class ClosedBook(nn.Module):
             raise InputError(f"{len(questions)} questions but {len(answers)} answers")
         targets, mask = self.generator.encode_targets(list(answers), max_target_length)
         B = len(questions)
-        lp = self.generator.target_logprobs(memory, torch.arange(B), targets)  # (B, T, V)
-        one_doc = torch.zeros((B, 1), dtype=lp.dtype)
+        lp = self.generator.target_logprobs(memory, torch.arange(B, device=targets.device), targets)  # (B, T, V)
+        one_doc = torch.zeros((B, 1), dtype=lp.dtype, device=lp.device)
         return rag_token_nll(lp[:, None], one_doc, targets, mask, epsilon=epsilon).mean()
 
     def label_logprobs(self, questions: Sequence[str], labels: Sequence[str], k: int | None = None) -> torch.Tensor:
@@ -112,8 +112,9 @@ class ClosedBook(nn.Module):
             ids.append(row[0])
         questions, memory = self._memory(questions)
         prefix = [] if gen.forced_bos_token_id is None else [int(gen.forced_bos_token_id)]
-        targets = torch.tensor([prefix + [ids[0]]], dtype=torch.long).repeat(len(questions), 1)
-        lp = gen.target_logprobs(memory, torch.arange(len(questions)), targets)  # (B, T, V)
+        device = memory.attention_mask.device
+        targets = torch.tensor([prefix + [ids[0]]], dtype=torch.long, device=device).repeat(len(questions), 1)
+        lp = gen.target_logprobs(memory, torch.arange(len(questions), device=device), targets)  # (B, T, V)
         return lp[:, -1, ids]
 
     # ------------------------------------------------------------------------------ decoding
@@ -131,7 +132,8 @@ class ClosedBook(nn.Module):
                               min_length=min_new_tokens + 1 if min_new_tokens else 0,
                               length_penalty=length_penalty, num_return_sequences=n_best,
                               early_stopping=early_stopping)
-        decoded = rag_token_decode(self.generator, memory, torch.zeros((len(questions), 1)), cfg)
+        one_doc = torch.zeros((len(questions), 1), device=memory.attention_mask.device)
+        decoded = rag_token_decode(self.generator, memory, one_doc, cfg)
         best = decoded.tokens[:, 0]
         texts, truncated = answer_texts(self.generator, best, max_new_tokens)
         tokenizer = self.generator.tokenizer

@@ -89,11 +89,12 @@ def _per_doc_beams(generator: Generator, memory: Memory, n_rows: int, cfg: BeamC
     is attended to with its pads (it pads every context to ``max_combined_length``); the paper's
     p(y|x,z) is of the context itself (tests/test_transformers_differences.py).
     """
-    state = generator.begin(memory, torch.arange(n_rows))
+    device = memory.attention_mask.device  # the generator's: its contexts were encoded there
+    state = generator.begin(memory, torch.arange(n_rows, device=device))
     doc_cfg = replace(cfg, num_return_sequences=cfg.num_beams)
     if cfg.num_beams == 1:
-        return greedy_search(state.step, n_rows, generator.start_token_id, doc_cfg)
-    return beam_search(state.step, state.select, state.reorder, n_rows, generator.start_token_id, doc_cfg)
+        return greedy_search(state.step, n_rows, generator.start_token_id, doc_cfg, device)
+    return beam_search(state.step, state.select, state.reorder, n_rows, generator.start_token_id, doc_cfg, device)
 
 
 def _first_occurrence(cands: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -144,10 +145,10 @@ def _thorough_doc_logprobs(generator: Generator, memory: Memory, targets: torch.
     K = memory.attention_mask.shape[0] // B
     b_idx, c_idx = keep.nonzero(as_tuple=True)  # packed kept hypotheses
     n = b_idx.shape[0]
-    rows = (b_idx[:, None] * K + torch.arange(K)).reshape(-1)  # (n*K,)
+    rows = (b_idx[:, None] * K + torch.arange(K, device=keep.device)).reshape(-1)  # (n*K,)
     flat_targets = targets[b_idx, c_idx].repeat_interleave(K, dim=0)
     mask = flat_targets.ne(generator.pad_token_id)
-    positions = torch.arange(1, T + 1)
+    positions = torch.arange(1, T + 1, device=targets.device)
     lengths = (mask * positions).amax(-1) if T else mask.sum(-1)  # up to the last scored token
     generator.prepare_rescoring(memory)
     try:
@@ -159,7 +160,7 @@ def _thorough_doc_logprobs(generator: Generator, memory: Memory, targets: torch.
         starts_bos = targets[..., 0].eq(generator.bos_token_id) | ~keep
         exclude = starts_bos.all(1)[b_idx].repeat_interleave(K)  # per input, as transformers does
         token_lp[:, 0] = token_lp[:, 0] * ~exclude
-    doc_ll = torch.full((B, C, K), -float("inf"))
+    doc_ll = torch.full((B, C, K), -float("inf"), device=token_lp.device)
     doc_ll[b_idx, c_idx] = token_lp.sum(-1).view(n, K)
     return doc_ll
 

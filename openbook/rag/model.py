@@ -222,6 +222,7 @@ class RAG(nn.Module):
         scores = hits.scores
         if not isinstance(scores, torch.Tensor):
             scores = torch.from_numpy(np.ascontiguousarray(scores, dtype=np.float32))
+        scores = scores.to(self.log_scale.device)  # BM25's host scores join the model on its device
         doc_logprobs = retrieval_logprobs(scores, self.score_scale if self.retriever.scaled else 1.0)
         return Retrieval(hits.passages, hits.ids, scores, doc_logprobs)
 
@@ -239,7 +240,7 @@ class RAG(nn.Module):
         B, K = retrieval.doc_logprobs.shape
         memory = self.generator.encode(self.generator.contexts(questions, retrieval.passages))
         targets, mask = self.generator.encode_targets(list(answers), max_target_length)
-        rows = torch.arange(B * K)
+        rows = torch.arange(B * K, device=targets.device)
         lp = self.generator.target_logprobs(memory, rows, targets.repeat_interleave(K, 0), training=True)
         lp = lp.view(B, K, targets.shape[1], -1)
         nll = rag_sequence_nll if self.model_type == "rag-sequence" else rag_token_nll
@@ -325,8 +326,9 @@ class RAG(nn.Module):
         B, K = retrieval.doc_logprobs.shape
         memory = self.generator.encode(self.generator.contexts(questions, retrieval.passages))
         prefix = [] if self.generator.forced_bos_token_id is None else [int(self.generator.forced_bos_token_id)]
-        targets = torch.tensor([prefix + [ids[0]]], dtype=torch.long).repeat(B * K, 1)
-        lp = self.generator.target_logprobs(memory, torch.arange(B * K), targets)  # (B*K, T, V)
+        device = memory.attention_mask.device
+        targets = torch.tensor([prefix + [ids[0]]], dtype=torch.long, device=device).repeat(B * K, 1)
+        lp = self.generator.target_logprobs(memory, torch.arange(B * K, device=device), targets)  # (B*K, T, V)
         last = lp[:, -1, :].reshape(B, K, 1, -1)  # the distribution of the label position, per document
         marginal = rag_token_marginal(last, retrieval.doc_logprobs.to(last.dtype))  # (B, 1, V)
         return marginal[:, 0, ids]
@@ -345,7 +347,7 @@ class RAG(nn.Module):
             tokens, mask = tokens[:, :1], torch.ones_like(tokens[:, :1], dtype=torch.bool)
         tok_post = None
         if doc_seq_logprobs is None:
-            rows = torch.arange(B * K)
+            rows = torch.arange(B * K, device=tokens.device)
             lp = self.generator.target_token_logprobs(memory, rows, tokens.repeat_interleave(K, 0)).view(B, K, -1)
             doc_seq_logprobs = (lp * mask[:, None, :]).sum(-1)
             tok_post = token_doc_posterior(lp[..., None], retrieval.doc_logprobs, torch.zeros_like(tokens))

@@ -62,13 +62,16 @@ def check_batch_size(batch_size: int, processes: int) -> None:
 @contextlib.contextmanager
 def process_group(device: torch.device | str = "cpu"):
     """Join torchrun's process group for the duration (gloo on CPU, NCCL on CUDA) and leave it after;
-    nothing outside torchrun, or if a group exists already (its owner tears it down)."""
+    nothing outside torchrun, or if a group exists already (its owner tears it down). On CUDA the process's
+    current GPU becomes its own, ``LOCAL_RANK`` (where :func:`openbook.models.device.resolve_device` put the
+    model under torchrun), so that NCCL's collectives and DDP run there."""
     if not launched() or dist.is_initialized():
         yield
         return
     cuda = torch.device(device).type == "cuda"
     if cuda:
-        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", 0)))
+        index = torch.device(device).index
+        torch.cuda.set_device(index if index is not None else int(os.environ.get("LOCAL_RANK", 0)))
     # Rank 0 alone evaluates and writes checkpoints while the others wait: give a long dev evaluation time.
     dist.init_process_group("nccl" if cuda else "gloo", timeout=datetime.timedelta(hours=2))
     try:
@@ -134,7 +137,8 @@ def global_mean(local_sum: float) -> float:
     """The sum over ranks of a per-rank contribution to a mean (each rank's weight / world times its loss)."""
     if not (dist.is_available() and dist.is_initialized()):
         return local_sum
-    total = torch.tensor([local_sum], dtype=torch.float64)
+    on = torch.device("cuda", torch.cuda.current_device()) if dist.get_backend() == "nccl" else None  # NCCL: GPU tensors
+    total = torch.tensor([local_sum], dtype=torch.float64, device=on)
     dist.all_reduce(total)
     return float(total)
 

@@ -28,6 +28,7 @@ import openbook.train.distributed as distributed
 from openbook.atomic import atomic_dir, exclusive_lock, remove_leftovers_beside
 from openbook.errors import InputError
 from openbook.models.adapters import LORA_MARK, has_lora, lora_tensor_names
+from openbook.models.device import module_device
 from openbook.models.weights import WEIGHTS_FILE, load_weights, read_tensors, save_weights, weights_path, write_tensors
 
 CHECKPOINT = "checkpoint"
@@ -54,7 +55,7 @@ class TrainConfig:
     seed: int = 0
     checkpoint_every: int = 50  # optimiser steps
     eval_every: int = 0  # optimiser steps; 0 = only at the end
-    mixed_precision: bool = False  # bfloat16 autocast on CPUs that support it
+    mixed_precision: bool = False  # bfloat16 autocast on the model's device (CPUs with native bfloat16, GPUs)
     extra: dict = field(default_factory=dict)
 
 
@@ -205,7 +206,7 @@ def train(
     distributed.check_batch_size(cfg.batch_size, distributed.world_size())
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    with distributed.process_group(next(rag.parameters()).device):
+    with distributed.process_group(module_device(rag)):
         if not distributed.is_main():  # rank 0 holds the lock, writes checkpoints, evaluates and reports
             return _train(rag, examples, cfg, out_dir, resume, None, False, stop_after)
         # One training process per run folder; holding its lock, the half-written checkpoint copies of a killed
@@ -277,12 +278,13 @@ def _optimiser_step(model, optimizer, examples, order, state: TrainState, cfg: T
     optimizer.zero_grad(set_to_none=True)
     micro = min(cfg.grad_accumulation, math.ceil((len(order) - state.position) / cfg.batch_size))
     loss_sum = 0.0
+    device_type = module_device(model).type  # autocast on the device the model trains on (cpu or cuda)
     for m in range(micro):
         batch = [examples[i] for i in order[state.position: state.position + cfg.batch_size]]
         state.position += len(batch)
         mine = distributed.shard(batch)
         with distributed.accumulating(model, last=m == micro - 1):
-            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=cfg.mixed_precision):
+            with torch.autocast(device_type, dtype=torch.bfloat16, enabled=cfg.mixed_precision):
                 loss = model([x for x, _ in mine.examples], [y for _, y in mine.examples], k=cfg.k,
                              epsilon=cfg.label_smoothing, max_target_length=cfg.max_target_length)
             (loss * (mine.weight / cfg.grad_accumulation)).backward()

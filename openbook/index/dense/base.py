@@ -27,6 +27,7 @@ import numpy as np
 from openbook.atomic import atomic_output
 from openbook.errors import InputError, positive_int
 from openbook.index.dense.checks import _positive_int, as_float32_matrix, check_exclude, check_k
+from openbook.index.dense.gpu import on_gpus
 
 INDEX_TYPES: dict[str, type["DenseIndex"]] = {}
 """Registered index kinds by canonical ``type_name``."""
@@ -260,9 +261,20 @@ class DenseIndex:
         return out_scores, out_ids
 
     def _search(self, queries: np.ndarray, k: int, selector) -> tuple[np.ndarray, np.ndarray]:
-        """Subclasses: FAISS search of validated queries, returning inner-product scores and ids."""
+        """Subclasses: FAISS search of validated queries, returning inner-product scores and ids. Here (exact
+        flat search) a search excluding nothing runs on the GPUs when faiss-gpu sees any (:func:`on_gpus`)."""
+        gpu = self._gpu_copy() if selector is None else None
+        if gpu is not None:
+            return gpu.search(queries, k)
         params = None if selector is None else faiss.SearchParameters(sel=selector)
         return self._index.search(queries, k, params=params)
+
+    def _gpu_copy(self):
+        """The index copied to the GPUs (kept until vectors are added), or None without faiss-gpu."""
+        cached = getattr(self, "_gpu", None)
+        if cached is None or cached[0] != self.ntotal:
+            cached = self._gpu = (self.ntotal, on_gpus(self._index))
+        return cached[1]
 
     # -- files --------------------------------------------------------------------------------------
 
