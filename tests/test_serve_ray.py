@@ -5,7 +5,13 @@ HTTP server and leaves the driver's shard actors to the driver. Tiny random mode
 
 from __future__ import annotations
 
+import os
+import signal
 import socket
+import subprocess
+import sys
+import threading
+import time
 
 import httpx
 import pytest
@@ -107,6 +113,57 @@ def test_shutdown_stops_http_and_leaves_the_shard_actors_to_the_driver(deployed)
     on_ray = deployed["on_ray"]
     scores, ids = on_ray.search(np.ones((1, on_ray.dim), np.float32), 2)  # replicas never closed the shared actors
     assert ids.shape == (1, 2)
+
+
+def test_cli_joins_a_cluster_by_address_and_sigterm_shuts_serve_down(deployed, ray_local, tmp_path):  # noqa: F811
+    """`openbook serve --ray ADDRESS` in its own process, on tiny model folders and an ordinary --kb (which the
+    replica opens itself); SIGTERM shuts Ray Serve down and the process exits 0. After the in-process deployment
+    (this module's earlier tests), on the same local Ray."""
+    from openbook.models import load_encoder
+    from openbook.rag.assemble import build_knowledge_base
+    from serve_helpers import PASSAGES
+
+    rag, encoder = tiny_rag(tmp_path)
+    gen_dir, enc_dir, kb_dir = tmp_path / "gen", tmp_path / "enc", tmp_path / "kb"
+    rag.generator.model.save_pretrained(gen_dir)
+    rag.generator.tokenizer.save_pretrained(gen_dir)
+    encoder.model.save_pretrained(enc_dir)
+    encoder.tokenizer.save_pretrained(enc_dir)
+    build_knowledge_base(PASSAGES, load_encoder(str(enc_dir)), kb_dir, progress=False)
+    port = free_port()
+    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env = dict(os.environ, PYTHONPATH=repo + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    command = [sys.executable, "-m", "openbook", "serve", "--ray", ray_local.get_runtime_context().gcs_address,
+               "--replicas", "1", "--port", str(port), "--generator", str(gen_dir), "--encoder", str(enc_dir),
+               "--kb", str(kb_dir), "--untrained", "--dtype", "float32"]
+    process = subprocess.Popen(command, env=env, cwd=repo, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    lines: list[str] = []
+
+    def read():
+        for line in process.stderr:
+            lines.append(line)
+
+    reading = threading.Thread(target=read, daemon=True)
+    reading.start()
+    base = f"http://{HOST}:{port}"
+    try:
+        deadline = time.monotonic() + 600
+        while not any("replica(s) answering at" in line for line in lines):  # deployed: SIGTERM now stops serving
+            assert process.poll() is None and time.monotonic() < deadline, "".join(lines)
+            time.sleep(0.5)
+        assert httpx.get(f"{base}/readyz", timeout=30).status_code == 200
+        answer = httpx.post(f"{base}/v1/ask", json={"question": "capital of france", "max_new_tokens": 3}, timeout=120)
+        assert answer.status_code == 200 and answer.json()["kb"] == {"name": "kb", "version": 1}, answer.text
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(120) == 0, "".join(lines)
+    finally:
+        if process.poll() is None:
+            process.kill()
+        reading.join(30)
+    err = "".join(lines)
+    assert "openbook: shutting Ray Serve down" in err and "Traceback" not in err, err
+    with pytest.raises(httpx.TransportError):
+        httpx.get(f"{base}/healthz", timeout=5)
 
 
 @pytest.mark.parametrize(("argv", "message"), [
