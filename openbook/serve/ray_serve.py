@@ -47,8 +47,8 @@ def connect(address: str | None) -> bool:
         return False
     try:
         ray.init(address=address, include_dashboard=False, log_to_driver=False, configure_logging=False)
-    except ConnectionError as error:
-        raise InputError(f"--ray {address}: {one_line(error, 300)}") from None
+    except (ConnectionError, ValueError, RuntimeError) as error:  # no cluster there, or a malformed address
+        raise InputError(f"--ray {address or '(local)'}: {one_line(error, 300)}") from None
     return True
 
 
