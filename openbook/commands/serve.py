@@ -3,6 +3,8 @@
 The model is built by :func:`openbook.commands.options.load_model` (as ``openbook ask`` builds it) in the
 background while the server already answers ``/healthz``; ``/readyz`` turns 200 when it is loaded. SIGTERM
 or Ctrl-C stops accepting connections, lets the requests in flight finish (at most ``--drain-s``) and exits.
+With ``--ray [ADDRESS]`` the same app runs as a Ray Serve deployment of ``--replicas`` model replicas
+(:mod:`openbook.serve.ray_serve`); SIGTERM or Ctrl-C then shuts Ray Serve down.
 """
 
 from __future__ import annotations
@@ -45,6 +47,7 @@ def register(subparsers) -> None:
             "examples:\n"
             "  openbook serve --port 8000\n"
             "  openbook serve --kb-root kbs --kb kbs/leaders-2016 --admin-token secret\n"
+            "  openbook serve --ray --replicas 2 --kb wiki-kb-4      # 2 model replicas on a local Ray\n"
             "  curl -s localhost:8000/v1/ask -H 'Content-Type: application/json' \\\n"
             "       -d '{\"question\": \"Who wrote Hamlet?\"}'"
         ),
@@ -72,6 +75,13 @@ def register(subparsers) -> None:
                        help="allow browser pages from ORIGIN to call the API (repeatable; default: none)")
     serve.add_argument("--drain-s", type=_positive_float, default=30.0, metavar="S",
                        help="on SIGTERM, how long requests in flight may take to finish (default: %(default)s)")
+    serve.add_argument("--ray", nargs="?", const="", default=None, metavar="ADDRESS",
+                       help="serve the same app as a Ray Serve deployment of --replicas model replicas, on the Ray "
+                       "cluster at ADDRESS (e.g. auto or ray://head:10001), or without ADDRESS on a local Ray started "
+                       "here; a sharded --kb is served by one Ray actor per shard that all replicas share")
+    serve.add_argument("--replicas", type=int, default=None, metavar="N",
+                       help="model replicas with --ray, each loading the model once and reserving 1 CPU (default: 1; "
+                       "with more than 1, admin edits and swaps answer 409: each would reach only one replica)")
     serve.set_defaults(handler=_cmd_serve, subparser=serve)
 
 
@@ -84,10 +94,17 @@ def _cmd_serve(args: argparse.Namespace) -> int:
         raise InputError(f"--kb-root {args.kb_root} is not a folder")
     if args.kb is not None and not Path(args.kb).is_dir():
         raise InputError(f"knowledge base not found: {args.kb}")
+    if args.replicas is not None and args.ray is None:
+        raise InputError("--replicas needs --ray (without it one process serves the model)")
+    if args.replicas is not None and args.replicas < 1:
+        raise InputError(f"--replicas must be at least 1, got {args.replicas}")
     token = args.admin_token or os.environ.get("OPENBOOK_ADMIN_TOKEN") or None
     if args.host not in LOOPBACK:
         warnings.warn(f"listening on {args.host}: anyone who can reach this address can ask questions"
                       + ("" if token else " (edits stay off: no admin token)"), stacklevel=2)
+
+    if args.ray is not None:
+        return _serve_on_ray(args, token)
 
     import uvicorn
 
@@ -114,4 +131,46 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     server.run()
     if failed:
         raise failed[0]
+    return 0
+
+
+MODEL_OPTIONS = ("model", "run", "kb", "generator", "untrained", "encoder", "k", "dtype")  # what load_model reads
+
+
+def _serve_on_ray(args: argparse.Namespace, token: str | None) -> int:
+    """``--ray``: deploy the app on Ray Serve, wait for SIGTERM or Ctrl-C, shut Ray Serve down."""
+    import functools
+    import signal
+    import time
+
+    from openbook.serve import ServeConfig, ray_serve
+
+    def interrupt(*_):
+        raise KeyboardInterrupt
+
+    started = ray_serve.connect(args.ray or None)
+    previous = signal.signal(signal.SIGTERM, interrupt)  # after ray.init, which sets its own handler
+    shared = None
+    try:
+        model_args = argparse.Namespace(**{name: getattr(args, name) for name in MODEL_OPTIONS})
+        shared = ray_serve.shared_knowledge_base(args.kb, args.ray or None)
+        if shared is not None:
+            model_args.kb = shared  # the replicas get handles to these shard actors (pickled with the loader)
+        config = ServeConfig(kb_root=args.kb_root, admin_token=token, max_batch_size=args.max_batch_size,
+                             max_wait_ms=args.max_wait_ms, max_queue=args.max_queue, timeout_s=args.timeout_s,
+                             max_question_chars=args.max_question_chars, cors_origins=args.cors_origin,
+                             load=functools.partial(options.load_model, model_args))
+        replicas = args.replicas or 1
+        print(f"openbook: starting {replicas} Ray Serve replica(s); each loads the model", file=sys.stderr)
+        ray_serve.start(config, replicas, args.host, args.port)
+        print(f"openbook: {replicas} replica(s) answering at http://{args.host}:{args.port}/ (API: /docs)"
+              + ("; admin writes are off with several replicas" if replicas > 1 and token else ""), file=sys.stderr)
+        try:
+            while True:
+                time.sleep(3600)
+        except KeyboardInterrupt:
+            print("openbook: shutting Ray Serve down", file=sys.stderr)
+    finally:
+        ray_serve.stop(started, shared)
+        signal.signal(signal.SIGTERM, previous)
     return 0

@@ -36,7 +36,8 @@ RETRY_AFTER_S = 1
 class ServeConfig:
     """The server's settings (``openbook serve``'s flags). ``load`` builds the model when no ``rag`` is
     given to :func:`create_app`; ``passage_encoder`` (d(z), for admin edits) defaults to the encoder the
-    knowledge base was built with, loaded on the first edit."""
+    knowledge base was built with, loaded on the first edit. ``read_only``, if set, is why every admin write
+    answers 409 (several Ray Serve replicas, :mod:`openbook.serve.ray_serve`)."""
 
     kb_root: str | None = None
     admin_token: str | None = None
@@ -49,6 +50,7 @@ class ServeConfig:
     kb_name: str | None = None
     load: Callable[[], Any] | None = field(default=None, repr=False)
     passage_encoder: Any = field(default=None, repr=False)
+    read_only: str | None = None
 
 
 class Server:
@@ -138,6 +140,8 @@ class Server:
         return (await self.wait(self.submit("call", fn=fn), timeout=timeout)).output
 
     def check_admin(self, authorization: str | None) -> None:
+        if self.config.read_only:
+            raise ApiError(409, self.config.read_only)
         token = self.config.admin_token
         if not token:
             raise ApiError(403, "read-only server: start it with --admin-token (or OPENBOOK_ADMIN_TOKEN) to allow edits")

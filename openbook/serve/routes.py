@@ -19,7 +19,7 @@ from sse_starlette.sse import EventSourceResponse
 from openbook.serve import schemas as s
 from openbook.serve.errors import ApiError, error_json
 
-ERRORS = {code: {"model": s.ErrorResponse} for code in (400, 401, 403, 404, 422, 503, 504)}
+ERRORS = {code: {"model": s.ErrorResponse} for code in (400, 401, 403, 404, 409, 422, 503, 504)}
 _bearer = HTTPBearer(auto_error=False, description="the server's --admin-token")
 
 
