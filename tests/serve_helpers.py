@@ -6,6 +6,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import os
+import socket
 from pathlib import Path
 
 import httpx
@@ -34,6 +36,33 @@ def tiny_rag(root: Path, model: str = "rag-token"):
     tok = bart_tokenizer()
     generator = Seq2SeqGenerator(tiny_bart(vocab_size=len(tok), seed=3), tok)
     return RAG(encoder, generator, kb, model=model, k=3).eval(), encoder
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A free TCP port on the loopback interface."""
+    with socket.socket() as sock:
+        sock.bind((host, 0))
+        return sock.getsockname()[1]
+
+
+def saved_tiny_models(rag, encoder, root: Path) -> tuple[Path, Path, Path]:
+    """``rag``'s generator and ``encoder`` saved as model folders, and a knowledge base of PASSAGES built with the
+    saved encoder: what an `openbook serve` subprocess loads by path. Returns (generator, encoder, kb) folders."""
+    from openbook.models import load_encoder
+
+    gen_dir, enc_dir, kb_dir = root / "gen", root / "enc", root / "kb"
+    rag.generator.model.save_pretrained(gen_dir)
+    rag.generator.tokenizer.save_pretrained(gen_dir)
+    encoder.model.save_pretrained(enc_dir)
+    encoder.tokenizer.save_pretrained(enc_dir)
+    build_knowledge_base(PASSAGES, load_encoder(str(enc_dir)), kb_dir, progress=False)
+    return gen_dir, enc_dir, kb_dir
+
+
+def subprocess_env() -> tuple[str, dict]:
+    """The repository folder and an environment whose PYTHONPATH imports this checkout's openbook."""
+    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    return repo, dict(os.environ, PYTHONPATH=repo + os.pathsep + os.environ.get("PYTHONPATH", ""))
 
 
 def config(root: Path, encoder, **overrides) -> ServeConfig:

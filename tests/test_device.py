@@ -20,12 +20,9 @@ from openbook import cli
 from openbook.errors import InputError
 from openbook.index.dense import FlatIPIndex, gpu
 from openbook.models.device import module_device, resolve_device
-from openbook.models.generators import Seq2SeqGenerator
 from openbook.rag import RAG
-from openbook.rag.assemble import build_knowledge_base
 from openbook.rag.beam import BeamConfig, beam_search, greedy_search
-from test_rag_model import tiny_encoder
-from tiny import PASSAGES, bart_tokenizer, tiny_bart
+from test_retriever import tiny_parts
 from tolerance import model_tolerance
 
 needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
@@ -35,10 +32,7 @@ ANSWERS = ["hemingway", "paris"]
 
 @pytest.fixture(scope="module")
 def parts(tmp_path_factory):
-    encoder = tiny_encoder()
-    kb = build_knowledge_base(PASSAGES, encoder, tmp_path_factory.mktemp("kb") / "kb", progress=False)
-    tok = bart_tokenizer()
-    return encoder, kb, Seq2SeqGenerator(tiny_bart(vocab_size=len(tok), seed=3), tok)
+    return tiny_parts(tmp_path_factory.mktemp("kb"))
 
 
 def tiny_rag(parts, device="cpu", model="rag-sequence") -> RAG:

@@ -30,13 +30,17 @@ from tiny import bart_tokenizer, tiny_bart
 from tolerance import probability_sum_bound
 
 
-@pytest.fixture(scope="module")
-def parts(tmp_path_factory):
-    """A tiny query encoder, a knowledge base of the six PASSAGES built with it, and a tiny BART."""
+def tiny_parts(root):
+    """A tiny query encoder, a knowledge base of the six PASSAGES built with it under ``root``, and a tiny BART."""
     encoder = tiny_encoder()
-    kb = build_knowledge_base(PASSAGES, encoder, tmp_path_factory.mktemp("kb") / "kb", progress=False)
+    kb = build_knowledge_base(PASSAGES, encoder, root / "kb", progress=False)
     tok = bart_tokenizer()
     return encoder, kb, Seq2SeqGenerator(tiny_bart(vocab_size=len(tok), seed=3), tok)
+
+
+@pytest.fixture(scope="module")
+def parts(tmp_path_factory):
+    return tiny_parts(tmp_path_factory.mktemp("kb"))
 
 
 @pytest.fixture(scope="module")

@@ -11,7 +11,19 @@ import pytest
 import torch
 
 from openbook.serve import ServeConfig
-from serve_helpers import ADMIN, PASSAGES, client, config, create_app, run, sse_events, tiny_rag
+from serve_helpers import (
+    ADMIN,
+    PASSAGES,
+    client,
+    config,
+    create_app,
+    free_port,
+    run,
+    saved_tiny_models,
+    sse_events,
+    subprocess_env,
+    tiny_rag,
+)
 
 
 @pytest.fixture(scope="module")
@@ -263,18 +275,9 @@ def test_cors_is_off_unless_an_origin_is_given(tiny):
     run(go())
 
 
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 def test_openbook_serve_drains_in_flight_requests_on_sigterm(tiny, tmp_path):
     """A real `openbook serve` on a tiny model saved to disk: ready, answers, and on SIGTERM finishes the
     request in flight (held in the batch queue by --max-wait-ms) before exiting cleanly."""
-    import os
     import signal
     import subprocess
     import sys
@@ -283,19 +286,10 @@ def test_openbook_serve_drains_in_flight_requests_on_sigterm(tiny, tmp_path):
 
     import httpx
 
-    from openbook.models import load_encoder
-    from openbook.rag.assemble import build_knowledge_base
-
     _, rag, encoder = tiny
-    gen_dir, enc_dir, kb_dir = tmp_path / "gen", tmp_path / "enc", tmp_path / "kb"
-    rag.generator.model.save_pretrained(gen_dir)
-    rag.generator.tokenizer.save_pretrained(gen_dir)
-    encoder.model.save_pretrained(enc_dir)
-    encoder.tokenizer.save_pretrained(enc_dir)
-    build_knowledge_base(PASSAGES, load_encoder(str(enc_dir)), kb_dir, progress=False)
-    port = _free_port()
-    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    env = dict(os.environ, PYTHONPATH=repo + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    gen_dir, enc_dir, kb_dir = saved_tiny_models(rag, encoder, tmp_path)
+    port = free_port()
+    repo, env = subprocess_env()
     command = [sys.executable, "-m", "openbook", "serve", "--port", str(port), "--generator", str(gen_dir),
                "--encoder", str(enc_dir), "--kb", str(kb_dir), "--untrained", "--dtype", "float32",
                "--max-wait-ms", "5000", "--drain-s", "30"]
@@ -347,7 +341,7 @@ def test_serve_exits_with_the_loaders_one_line_error(tmp_path):
     one-line error. A real `openbook serve` process: uvicorn run in-process would bind its log handlers to pytest's
     captured stderr, which is closed after the test."""
     missing = tmp_path / "nowhere"
-    proc = subprocess.run([sys.executable, "-m", "openbook", "serve", "--port", str(_free_port()), "--generator",
+    proc = subprocess.run([sys.executable, "-m", "openbook", "serve", "--port", str(free_port()), "--generator",
                            str(missing)], capture_output=True, text=True, timeout=600, cwd=tmp_path)
     assert proc.returncode == 2, proc.stderr
     assert proc.stderr.strip().splitlines()[-1] == f"openbook: error: model folder '{missing}' does not exist"

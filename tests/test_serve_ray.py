@@ -5,9 +5,7 @@ HTTP server and leaves the driver's shard actors to the driver. Tiny random mode
 
 from __future__ import annotations
 
-import os
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -20,15 +18,20 @@ from openbook.cli import main
 from openbook.index.sharded import ShardedKnowledgeBase, shard_knowledge_base
 from openbook.rag import RAG
 from ray_fixture import ray_local  # noqa: F401
-from serve_helpers import ADMIN, QUESTIONS, client, config, create_app, run, tiny_rag
+from serve_helpers import (
+    ADMIN,
+    QUESTIONS,
+    client,
+    config,
+    create_app,
+    free_port,
+    run,
+    saved_tiny_models,
+    subprocess_env,
+    tiny_rag,
+)
 
 HOST = "127.0.0.1"
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind((HOST, 0))
-        return sock.getsockname()[1]
 
 
 @pytest.fixture(scope="module")
@@ -119,20 +122,10 @@ def test_cli_joins_a_cluster_by_address_and_sigterm_shuts_serve_down(deployed, r
     """`openbook serve --ray ADDRESS` in its own process, on tiny model folders and an ordinary --kb (which the
     replica opens itself); SIGTERM shuts Ray Serve down and the process exits 0. After the in-process deployment
     (this module's earlier tests), on the same local Ray."""
-    from openbook.models import load_encoder
-    from openbook.rag.assemble import build_knowledge_base
-    from serve_helpers import PASSAGES
-
     rag, encoder = tiny_rag(tmp_path)
-    gen_dir, enc_dir, kb_dir = tmp_path / "gen", tmp_path / "enc", tmp_path / "kb"
-    rag.generator.model.save_pretrained(gen_dir)
-    rag.generator.tokenizer.save_pretrained(gen_dir)
-    encoder.model.save_pretrained(enc_dir)
-    encoder.tokenizer.save_pretrained(enc_dir)
-    build_knowledge_base(PASSAGES, load_encoder(str(enc_dir)), kb_dir, progress=False)
+    gen_dir, enc_dir, kb_dir = saved_tiny_models(rag, encoder, tmp_path)
     port = free_port()
-    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    env = dict(os.environ, PYTHONPATH=repo + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    repo, env = subprocess_env()
     command = [sys.executable, "-m", "openbook", "serve", "--ray", ray_local.get_runtime_context().gcs_address,
                "--replicas", "1", "--port", str(port), "--generator", str(gen_dir), "--encoder", str(enc_dir),
                "--kb", str(kb_dir), "--untrained", "--dtype", "float32"]
