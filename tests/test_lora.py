@@ -143,7 +143,7 @@ def test_the_default_model_is_the_shipped_run_unless_asked_otherwise(monkeypatch
 
     calls = []
     monkeypatch.setattr(assemble, "default_run_path", lambda: tmp_path)
-    monkeypatch.setattr(assemble, "load_run", lambda run, **kw: calls.append(("run", run, kw)) or "trained")
+    monkeypatch.setattr(assemble, "load_run", lambda run, **kw: calls.append(("run", run, kw)) or torch.nn.Linear(1, 1))
     monkeypatch.setattr(assemble, "load_rag", lambda **kw: calls.append(("rag", kw)) or torch.nn.Linear(1, 1))
     monkeypatch.setattr(assemble, "load_generator", lambda name: calls.append(("generator", name)) or make_generator())
     assemble.load_model(**kwargs)

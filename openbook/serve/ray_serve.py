@@ -29,20 +29,19 @@ READ_ONLY = ("this server runs {replicas} Ray Serve replicas and an edit or swap
 
 
 def import_serve():
-    """``ray.serve``, or a one-line error saying how to install it."""
+    """``(ray, ray.serve)``, or a one-line error saying how to install them (the optional 'scale' extra)."""
     try:
+        import ray
         from ray import serve
     except ImportError:
         raise InputError("--ray needs Ray Serve: pip install 'ray[serve]'") from None
-    return serve
+    return ray, serve
 
 
 def connect(address: str | None) -> bool:
     """Join the Ray cluster at ``address`` (``"auto"``, ``"ray://head:10001"``), or with None start a local Ray
     (kept if this process already has one); True if this call started or joined it (then :func:`stop` leaves it)."""
-    import_serve()
-    import ray
-
+    ray, _ = import_serve()
     if ray.is_initialized():
         return False
     try:
@@ -68,9 +67,7 @@ def start(config: ServeConfig, replicas: int, host: str = "127.0.0.1", port: int
     """Deploy ``replicas`` replicas of the app (each runs ``config.load``) on the Ray this process is connected
     to, answering at http://host:port/; return once every replica has loaded the model. With several replicas
     admin writes answer 409 (module docs)."""
-    serve = import_serve()
-    import ray
-
+    ray, serve = import_serve()
     replicas = positive_int(replicas, "--replicas")
     if config.load is None:
         raise InputError("a Ray Serve replica needs ServeConfig.load to build its model")
@@ -92,7 +89,7 @@ def start(config: ServeConfig, replicas: int, host: str = "127.0.0.1", port: int
 
 def running_replicas() -> int:
     """How many replicas of the deployment are running."""
-    status = import_serve().status().applications.get(APP_NAME)
+    status = import_serve()[1].status().applications.get(APP_NAME)
     deployment = status.deployments.get(APP_NAME) if status is not None else None
     return deployment.replica_states.get("RUNNING", 0) if deployment is not None else 0
 
@@ -101,9 +98,7 @@ def stop(started: bool, shared=None) -> None:
     """Shut Ray Serve down (every replica finishes its lifespan: the model worker stops), then the shard actors
     of ``shared`` (:func:`shared_knowledge_base`), then the Ray this process started or joined (``started``,
     from :func:`connect`)."""
-    serve = import_serve()
-    import ray
-
+    ray, serve = import_serve()
     if ray.is_initialized():
         serve.shutdown()
         if shared is not None:
