@@ -167,3 +167,20 @@ def test_serve_ray_refuses_bad_flags_in_one_line(argv, message, capsys):
     assert main(argv) == 2
     err = capsys.readouterr().err
     assert err == f"openbook: error: {message}\n"
+
+
+def test_replicas_load_the_model_with_every_model_option_serve_takes():
+    """``--ray`` hands each replica the model options by name (MODEL_OPTIONS): every option of `openbook serve` that
+    the one model loader reads must be among them (``--device`` was not, so replicas ignored it)."""
+    import argparse
+    import inspect
+    import re
+
+    from openbook.cli import build_parser
+    from openbook.commands import options
+    from openbook.commands.serve import MODEL_OPTIONS
+
+    read = set(re.findall(r'getattr\(args, "(\w+)"', inspect.getsource(options.load_model))) | {"device"}
+    subparsers = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
+    declared = {action.dest for action in subparsers.choices["serve"]._actions}
+    assert read & declared <= set(MODEL_OPTIONS), sorted(read & declared - set(MODEL_OPTIONS))

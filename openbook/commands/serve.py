@@ -134,7 +134,7 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     return 0
 
 
-MODEL_OPTIONS = ("model", "run", "kb", "generator", "untrained", "encoder", "k", "dtype")  # what load_model reads
+MODEL_OPTIONS = ("model", "run", "kb", "generator", "untrained", "encoder", "k", "dtype", "device")  # load_model reads
 
 
 def _serve_on_ray(args: argparse.Namespace, token: str | None) -> int:
