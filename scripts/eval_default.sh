@@ -12,20 +12,22 @@ PY=${PY:-.venv/bin/python}
 OUT=docs/models/default
 LEADERS=${LEADERS:-../shared/data/wikidata-leaders-history.csv}
 ASK="--beams 1 --decoding fast --max-new-tokens 16"
+DTYPE=${DTYPE:-float32}  # of the steps below that do not name theirs (bfloat16 only where the CPU has it natively)
 timed() { name=$1; shift; echo "== $*" >&2; /usr/bin/time -f "$name: %e s wall, %U s user" "$@"; }
 
 latency()     { timed latency env PYTHONPATH=. $PY bench/ask_latency.py --questions 15 --cold-runs 3 | tee $OUT/ask_latency.txt; }
 nq-bf16()     { timed nq-bf16 $OB eval --task nq --data runs/data/nq-dev.jsonl $ASK --dtype bfloat16 --out $OUT/nq-bf16 --json; }
 nq-fp32()     { timed nq-fp32 $OB eval --task nq --data runs/data/nq-dev.jsonl $ASK --dtype float32 --out $OUT/nq-fp32 --json; }
+nq-int8()     { timed nq-int8 $OB eval --task nq --data runs/data/nq-dev.jsonl $ASK --dtype int8 --out $OUT/nq-int8 --json; }
 hot-swap()    { timed hot-swap $OB experiments hot-swap --leaders "$LEADERS" --k 5 --beams 1 --max-new-tokens 16 \
                     --out $OUT/hot-swap --json; }
 closed-book() { scripts/train_default.sh closed-book
                 timed closed-book $OB eval --task nq --run runs/default-cb --data runs/data/nq-dev.jsonl $ASK \
-                    --dtype bfloat16 --out $OUT/nq-closed-book --json; }
+                    --dtype $DTYPE --out $OUT/nq-closed-book --json; }
 webquestions() { timed webquestions $OB eval --task webquestions --data runs/data/webquestions-heldout.json $ASK \
-                    --dtype bfloat16 --out $OUT/webquestions --json; }
+                    --dtype $DTYPE --out $OUT/webquestions --json; }
 curatedtrec() { timed curatedtrec $OB eval --task curatedtrec --data runs/data/curatedtrec-heldout.tsv $ASK \
-                    --dtype bfloat16 --out $OUT/curatedtrec --json; }
+                    --dtype $DTYPE --out $OUT/curatedtrec --json; }
 lora-vs-full() { timed lora-vs-full env PYTHONPATH=. $PY bench/lora_vs_full.py | tee $OUT/lora_vs_full.txt; }
 recall()      { for set in nq-dev webquestions-heldout curatedtrec-heldout; do
                     match=$([ $set = curatedtrec-heldout ] && echo regex || echo dpr)
@@ -37,5 +39,5 @@ k-sweep()     { timed k-sweep $OB experiments k-sweep --data runs/data/nq-dev.js
                     --out $OUT/k-sweep --json; }
 
 mkdir -p $OUT
-steps=("$@"); [ ${#steps[@]} -gt 0 ] || steps=(nq-bf16 latency nq-fp32 recall hot-swap closed-book lora-vs-full webquestions curatedtrec ablation k-sweep)
+steps=("$@"); [ ${#steps[@]} -gt 0 ] || steps=(nq-bf16 nq-int8 latency nq-fp32 recall hot-swap closed-book lora-vs-full webquestions curatedtrec ablation k-sweep)
 for step in "${steps[@]}"; do "$step"; done

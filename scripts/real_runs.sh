@@ -79,8 +79,9 @@ diversity() {
 
 # ---- issue 10 item 5: Jeopardy question generation, Figure 2, FEVER on runs trained for them
 # One recipe for every item-5 run (the shipped default's, scripts/train_default.sh): LoRA rank 16 on the
-# generator, retriever frozen, k=5, STEPS Adam steps of 4 examples, bfloat16 autocast, seed 0.
-L="--lora 16 --lr-generator 3e-4 --freeze-retriever --mixed-precision --k 5 --batch-size 4 --max-steps $STEPS --seed 0
+# generator, retriever frozen, k=5, STEPS Adam steps of 4 examples, float32 (bfloat16 autocast is emulated, so slower,
+# on CPUs without AVX-512 BF16 or AMX: add --mixed-precision where the CPU has them), seed 0.
+L="--lora 16 --lr-generator 3e-4 --freeze-retriever --k 5 --batch-size 4 --max-steps $STEPS --seed 0
    --checkpoint-every 10"
 split-data() { $PY scripts/split_qa_data.py --data-dir "$(dirname "$JEOPARDY")" --out runs/data; }
 train-run() {  # NAME MODEL TASK TRAIN-FILE [options]: one run in runs/NAME, resumed from its checkpoint if there is one

@@ -34,7 +34,7 @@ def test_the_paper_flags_in_asks_help_give_the_papers_settings():
     assert (args.beams, args.decoding, args.max_new_tokens, args.dtype) == (4, "thorough", 32, "float32")
     help_text = cli.build_parser()._subparsers._group_actions[0].choices["ask"].format_help()
     assert ask_command.PAPER_FLAGS in help_text
-    assert "--dtype {auto,float32,bfloat16}" in help_text
+    assert "--dtype {auto,float32,bfloat16,int8}" in help_text
 
 
 def test_dtype_reaches_the_loader(monkeypatch):

@@ -16,7 +16,7 @@ MODELS = ("rag-sequence", "rag-token")
 WITH_CLOSED_BOOK = (*MODELS, "closed-book")
 RETRIEVERS = ("dense", "bm25", "hybrid")  # openbook.index.retriever.RETRIEVERS, spelled out: no imports here
 DECODINGS = ("thorough", "fast")
-DTYPES = ("auto", "float32", "bfloat16")  # openbook.models.precision.DTYPES, spelled out: no imports here
+DTYPES = ("auto", "float32", "bfloat16", "int8")  # openbook.models.precision.DTYPES, spelled out: no imports here
 DEVICES = ("auto", "cpu", "cuda")  # openbook.models.device.DEVICES, spelled out: no imports here
 DEFAULT_DEVICE = "auto"
 DEFAULT_K = 5  # RAG's own default (RAG(k=5)); a run's k replaces it
@@ -95,9 +95,10 @@ def _max_new_tokens(p, default: int | None = None) -> None:
 
 def _dtype(p, default: str = DEFAULT_DTYPE) -> None:
     p.add_argument("--dtype", choices=DTYPES, default=default,
-                   help="the generator's weights and activations: float32, or bfloat16 (faster where the CPU "
-                   "computes it natively, AVX-512 BF16 or AMX: bench/ask_latency.py; retrieval and log-probabilities "
-                   "stay float32); auto is bfloat16 on such a CPU, else float32 (default: %(default)s)")
+                   help="the generator's number type: float32; bfloat16 (fast where the CPU computes it natively, "
+                   "AVX-512 BF16 or AMX); or int8 (dynamic quantisation of its linear layers, x86 CPUs); retrieval "
+                   "and log-probabilities stay float32 (bench/ask_latency.py); auto is bfloat16 on such a CPU, else "
+                   "int8 on an x86 CPU, else float32 (default: %(default)s)")
 
 
 def _device(p) -> None:

@@ -1,18 +1,26 @@
-"""Which floating-point type a generator runs in: float32, or bfloat16 where the CPU computes it natively.
+"""Which number type a generator runs in: float32, bfloat16 where the CPU computes it natively, or int8.
 
 ``bfloat16`` halves the bytes every matrix product reads and, on CPUs with AVX-512 BF16 or AMX, runs
-those products in hardware; elsewhere PyTorch emulates it, slower than float32, so ``auto`` picks it
-only where :func:`bf16_hardware` says so. Generators return their logits as float32 and take
-log-softmax (and every marginal over documents) there, whatever the weights' type.
+those products in hardware; elsewhere PyTorch emulates it, slower than float32. ``int8`` is PyTorch's
+dynamic quantisation (:func:`quantize_int8`): every linear layer but the output head keeps its weights
+as int8 with one scale per output channel, and quantises its input on the fly, per call; FBGEMM's integer
+kernels run it on any x86-64 CPU with AVX2, CPU only. ``auto`` picks bfloat16 where
+:func:`bf16_hardware` says so, else int8 on a CPU that has the x86 quantised engine, else float32
+(``bench/ask_latency.py`` measures the speed, ``scripts/eval_default.sh nq-int8`` the exact match).
+Generators return their logits as float32 and take log-softmax (and every marginal over documents)
+there, whatever the weights' type.
 """
 
 from __future__ import annotations
 
+import warnings
+
 import torch
+from torch import nn
 
 from openbook.errors import InputError
 
-DTYPES = ("auto", "float32", "bfloat16")
+DTYPES = ("auto", "float32", "bfloat16", "int8")
 TORCH_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 
 
@@ -22,10 +30,44 @@ def bf16_hardware() -> bool:
     return any(check() for check in checks if check is not None)
 
 
-def resolve_dtype(dtype: str) -> str:
-    """``"float32"`` or ``"bfloat16"`` for one of :data:`DTYPES` (``auto``: bfloat16 on native hardware)."""
+def int8_engine() -> bool:
+    """Whether PyTorch has its x86 quantised engine (FBGEMM) here, which runs :func:`quantize_int8`'s layers."""
+    return bool({"x86", "fbgemm"} & set(torch.backends.quantized.supported_engines))
+
+
+def resolve_dtype(dtype: str, device: str = "cpu") -> str:
+    """``"float32"``, ``"bfloat16"`` or ``"int8"`` for one of :data:`DTYPES` on a ``device`` type
+    (``"cpu"``/``"cuda"``). ``auto``: bfloat16 on native hardware, else int8 on a CPU with the x86 engine,
+    else float32; ``int8`` asked for where it cannot run is a one-line :class:`InputError`."""
     if dtype not in DTYPES:
         raise InputError(f"dtype must be one of {', '.join(DTYPES)}, not {dtype!r}")
+    int8_here = device == "cpu" and int8_engine()
     if dtype == "auto":
-        return "bfloat16" if bf16_hardware() else "float32"
+        return "bfloat16" if bf16_hardware() else "int8" if int8_here else "float32"
+    if dtype == "int8" and not int8_here:
+        where = "a CUDA device" if device != "cpu" else "this CPU (PyTorch has no x86 quantised engine here)"
+        raise InputError(f"dtype int8 (dynamic quantisation) runs on x86 CPUs only, not on {where}: "
+                         "use float32 or bfloat16")
     return dtype
+
+
+def quantize_int8(model: nn.Module) -> nn.Module:
+    """``model`` with every ``nn.Linear`` but its output head dynamically quantised to int8, in place.
+
+    Weights become int8 with one scale per output channel (``per_channel_dynamic_qconfig``); each call
+    quantises its input per tensor and accumulates in int32 (FBGEMM), so the layers stay exact in their
+    scales and only rounding changes. The output head (the tied word embeddings of a causal LM) stays
+    float32: it turns hidden states into the logits every log-probability and marginal is taken from, and
+    quantising it moved answers where the body's quantisation did not (measured: scripts/eval_default.sh
+    nq-int8). Embedding, normalisation and attention stay float32. For inference only: quantised layers
+    have no gradients."""
+    from torch.ao.quantization import per_channel_dynamic_qconfig, quantize_dynamic
+
+    head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
+    spec = {name: per_channel_dynamic_qconfig for name, module in model.named_modules()
+            if type(module) is nn.Linear and module is not head}
+    if not spec:
+        return model
+    with warnings.catch_warnings():  # torch.ao's notice that eager quantisation moves to torchao some day
+        warnings.simplefilter("ignore")
+        return quantize_dynamic(model, spec, dtype=torch.qint8, inplace=True)

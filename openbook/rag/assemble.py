@@ -34,7 +34,7 @@ from openbook.models.encoders import Encoder
 from openbook.models.generators import Generator, Seq2SeqGenerator
 from openbook.models.hf_rag import is_hf_rag_checkpoint, load_hf_rag
 from openbook.models.loading import GENERATOR_ALIASES
-from openbook.models.precision import TORCH_DTYPES, resolve_dtype
+from openbook.models.precision import TORCH_DTYPES, quantize_int8, resolve_dtype
 from openbook.models.weights import load_tensors, load_weights, read_tensors, weights_path
 from openbook.rag.closed_book import ClosedBook
 from openbook.rag.model import RAG
@@ -220,17 +220,20 @@ def load_model(model: str | None = None, kb=None, generator: str = "default", en
     adapters (:func:`openbook.data.default_run_path`, a run loaded by :func:`load_run`) unless ``untrained``
     or ``options`` ask for something the trained run does not have; a closed-book model is never adapted.
 
-    ``dtype`` (``float32``, ``bfloat16``, or ``auto``: bfloat16 where the CPU computes it natively) is the
-    generator's: its weights are cast after loading (after a run's adapters are merged into them); the
-    query encoder, and so retrieval, stays float32.
+    ``dtype`` (``float32``, ``bfloat16``, ``int8``, or ``auto``: bfloat16 where the CPU computes it natively,
+    else int8 on an x86 CPU; :func:`~openbook.models.precision.resolve_dtype`) is the generator's: its weights
+    are cast, or quantised (:func:`~openbook.models.precision.quantize_int8`), after loading and after a run's
+    adapters are merged into them; the query encoder, and so retrieval, stays float32.
 
     ``device`` (``cpu``, ``cuda``, a ``torch.device``, or ``auto``: CUDA where available) is where the model
     runs: the generator, the query encoder and the learned score scale move there after loading; the
     knowledge base's vectors stay in FAISS on the host (:func:`openbook.models.device.resolve_device`)."""
-    dtype = resolve_dtype(dtype)
     device = resolve_device(device)  # before loading: a missing GPU fails at once
+    dtype = resolve_dtype(dtype, device.type)
     built = _load_model(model, kb, generator, encoder, run, retriever, k, untrained, **options)
-    if dtype != "float32":
+    if dtype == "int8":
+        quantize_int8(built.generator.model)
+    elif dtype != "float32":
         built.generator.model.to(TORCH_DTYPES[dtype])
     return built.to(device)
 
