@@ -1,5 +1,8 @@
-"""Passages encoded per second: openbook's document encoder in float32 and in bfloat16 (both with
-length-sorted batches) vs sentence-transformers' ``encode``; and whether bfloat16 keeps retrieval.
+"""Passages encoded per second: openbook's document encoder in float32, int8 and bfloat16 (all with
+length-sorted batches) vs sentence-transformers' ``encode``; and whether int8 and bfloat16 keep retrieval.
+
+bfloat16 runs only where the CPU computes it natively (AVX-512 BF16 or AMX; ``--bf16`` forces it), int8
+(dynamic quantisation, :func:`openbook.models.precision.quantize_int8`) where PyTorch has its x86 engine.
 
 Speed: same model (the packaged all-MiniLM-L6-v2), same passages (the shipped demo corpus, formatted the
 way openbook formats them), same batch size, in the same process and interleaved, so machine load hits
@@ -7,14 +10,15 @@ every variant alike; max abs difference of the vectors to sentence-transformers'
 
 Recall: held-out NQ (``nq-open-oracle.dev-split``, the questions the project scores on) against the NQ
 gold passages (``nq-gold-passages``, every question's gold passage among them): gold recall@5 of the
-float32 queries over passages encoded in float32 and in bfloat16, as ``openbook eval retrieval`` counts
-it (the gold passage, matched by title and text, in the top 5). ``kb build --encode-dtype`` may default
-to bfloat16 only if it is within 0.5 point of float32.
+float32 queries over passages encoded in each type, as ``openbook eval retrieval`` counts it (the gold
+passage, matched by title and text, in the top 5). A type counts (``best_dtype_within_recall``) only if
+its recall@5 is within 0.5 point of float32's.
 
     .venv/bin/python bench/build_throughput.py [--passages 2000] [--batch-size 64] [--repeats 3]
         [--recall-passages 0 (all)] [--questions 0 (all)]
 
-Ends with one JSON line holding ``bf16_speedup_vs_sentence_transformers`` and ``recall_at5_*``.
+Ends with one JSON line holding ``{fp32,int8,bf16}_speedup_vs_sentence_transformers``, ``recall_at5_*``
+and ``best_speedup_vs_sentence_transformers`` (of the fastest type within the recall tolerance).
 """
 
 from __future__ import annotations
@@ -33,7 +37,8 @@ import numpy as np
 import torch
 
 DATA = Path(os.environ.get("OPENBOOK_DATA", "/work/shared/data"))
-RECALL_TOLERANCE = 0.005  # bfloat16 may be the default only within 0.5 point of float32's recall@5
+RECALL_TOLERANCE = 0.005  # bfloat16 or int8 may be the default only within 0.5 point of float32's recall@5
+SHORT = {"float32": "fp32", "bfloat16": "bf16", "int8": "int8"}
 
 
 def read_jsonl(path: Path, limit: int = 0) -> list[dict]:
@@ -70,6 +75,7 @@ def main() -> None:
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--recall-passages", type=int, default=0, help="NQ gold passages to search (0: all)")
     p.add_argument("--questions", type=int, default=0, help="NQ dev questions (0: all)")
+    p.add_argument("--bf16", action="store_true", help="time bfloat16 even where the CPU only emulates it")
     args = p.parse_args()
 
     from sentence_transformers import SentenceTransformer
@@ -79,7 +85,7 @@ def main() -> None:
     from openbook.data import demo_passages_path
     from openbook.models import load_encoder
     from openbook.models.loading import packaged_minilm_path
-    from openbook.models.precision import bf16_hardware
+    from openbook.models.precision import bf16_hardware, int8_engine
 
     hf_logging.set_verbosity_error()
     passages = list(itertools.islice(read_passages(demo_passages_path()), args.passages))
@@ -88,13 +94,14 @@ def main() -> None:
     st = SentenceTransformer(str(packaged_minilm_path()), device="cpu")
     st.max_seq_length = ours.max_length
 
-    variants = {
-        "openbook_fp32": lambda: ours.encode_passages(passages, batch_size=args.batch_size, dtype="float32"),
-        "openbook_bf16": lambda: ours.encode_passages(passages, batch_size=args.batch_size, dtype="bfloat16"),
-        "sentence_transformers": lambda: st.encode(texts, batch_size=args.batch_size, convert_to_numpy=True,
-                                                   normalize_embeddings=True, show_progress_bar=False),
-    }
-    vectors = {name: fn() for name, fn in variants.items()}  # warm-up
+    dtypes = ["float32", "int8"] if int8_engine() else ["float32"]
+    if bf16_hardware() or args.bf16:  # emulated elsewhere, and many times slower than float32
+        dtypes.append("bfloat16")
+    variants = {f"openbook_{SHORT[d]}": (lambda d=d: ours.encode_passages(passages, batch_size=args.batch_size, dtype=d))
+                for d in dtypes}
+    variants["sentence_transformers"] = lambda: st.encode(texts, batch_size=args.batch_size, convert_to_numpy=True,
+                                                          normalize_embeddings=True, show_progress_bar=False)
+    vectors = {name: fn() for name, fn in variants.items()}  # warm-up (and int8's one-time quantisation)
     times: dict[str, list[float]] = {name: [] for name in variants}
     for repeat in range(args.repeats):
         names = list(variants) if repeat % 2 == 0 else list(reversed(variants))
@@ -106,10 +113,8 @@ def main() -> None:
 
     nq_passages, questions, gold = nq_recall_data(args.recall_passages, args.questions)
     queries = ours.encode_queries(questions, dtype="float32")
-    recall = {dtype: recall_at(5, queries, ours.encode_passages(nq_passages, batch_size=args.batch_size,
-                                                               dtype=dtype), gold)
-              for dtype in ("float32", "bfloat16")}
-    recall_gap = recall["bfloat16"] - recall["float32"]
+    recall = {d: recall_at(5, queries, ours.encode_passages(nq_passages, batch_size=args.batch_size, dtype=d), gold)
+              for d in dtypes}
     st_pps = pps["sentence_transformers"]
     result = {
         "passages": len(passages),
@@ -117,28 +122,33 @@ def main() -> None:
         "threads": torch.get_num_threads(),
         "bf16_hardware": bf16_hardware(),
         "load_average_1min": round(os.getloadavg()[0], 2),
-        "openbook_fp32_passages_per_s": round(pps["openbook_fp32"], 1),
-        "openbook_bf16_sorted_passages_per_s": round(pps["openbook_bf16"], 1),
         "sentence_transformers_passages_per_s": round(st_pps, 1),
-        "speedup_vs_sentence_transformers": round(pps["openbook_fp32"] / st_pps, 3),
-        "bf16_speedup_vs_sentence_transformers": round(pps["openbook_bf16"] / st_pps, 3),
-        "max_abs_diff_fp32": float(np.abs(vectors["openbook_fp32"] - vectors["sentence_transformers"]).max()),
-        "max_abs_diff_bf16": float(np.abs(vectors["openbook_bf16"] - vectors["sentence_transformers"]).max()),
         "recall_passages": len(nq_passages),
         "recall_questions": len(questions),
-        "recall_at5_fp32": round(recall["float32"], 4),
-        "recall_at5_bf16": round(recall["bfloat16"], 4),
-        "recall_at5_bf16_minus_fp32": round(recall_gap, 4),
-        "bf16_within_half_point": abs(recall_gap) <= RECALL_TOLERANCE,
     }
+    for d in dtypes:
+        short = SHORT[d]
+        result[f"openbook_{short}_passages_per_s"] = round(pps[f"openbook_{short}"], 1)
+        result[f"{short}_speedup_vs_sentence_transformers"] = round(pps[f"openbook_{short}"] / st_pps, 3)
+        result[f"max_abs_diff_{short}"] = float(np.abs(vectors[f"openbook_{short}"] - vectors["sentence_transformers"]).max())
+        result[f"recall_at5_{short}"] = round(recall[d], 4)
+        if d != "float32":
+            gap = recall[d] - recall["float32"]
+            result[f"recall_at5_{short}_minus_fp32"] = round(gap, 4)
+            result[f"{short}_within_half_point"] = abs(gap) <= RECALL_TOLERANCE
+    result["speedup_vs_sentence_transformers"] = result["fp32_speedup_vs_sentence_transformers"]
+    kept = [d for d in dtypes if d == "float32" or result[f"{SHORT[d]}_within_half_point"]]
+    best = max(kept, key=lambda d: pps[f"openbook_{SHORT[d]}"])
+    result["best_dtype_within_recall"] = best
+    result["best_speedup_vs_sentence_transformers"] = result[f"{SHORT[best]}_speedup_vs_sentence_transformers"]
     print("command:", " ".join([sys.executable, *sys.argv]))
-    print(f"{'encoder loop':<32}{'passages/s':>12}")
-    for name, key in (("openbook float32, sorted", "openbook_fp32_passages_per_s"),
-                      ("openbook bfloat16, sorted", "openbook_bf16_sorted_passages_per_s"),
-                      ("sentence-transformers", "sentence_transformers_passages_per_s")):
-        print(f"{name:<32}{result[key]:>12}")
-    print(f"NQ gold recall@5 over {len(nq_passages)} passages, {len(questions)} questions: "
-          f"float32 {recall['float32']:.4f}, bfloat16 {recall['bfloat16']:.4f}")
+    print(f"{'encoder loop':<32}{'passages/s':>12}{'NQ recall@5':>14}")
+    for d in dtypes:
+        short = SHORT[d]
+        print(f"{'openbook ' + d + ', sorted':<32}{result[f'openbook_{short}_passages_per_s']:>12}"
+              f"{result[f'recall_at5_{short}']:>14.4f}")
+    print(f"{'sentence-transformers':<32}{result['sentence_transformers_passages_per_s']:>12}")
+    print(f"NQ gold recall@5 over {len(nq_passages)} passages, {len(questions)} questions")
     print(json.dumps(result))
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import copy
 
+import numpy as np
 import pytest
 import torch
 from torch import nn
@@ -116,3 +117,25 @@ def test_int8_where_it_cannot_run_is_a_one_line_error(monkeypatch, device, engin
     with pytest.raises(InputError, match="dtype int8 .* runs on x86 CPUs only") as error:
         precision.resolve_dtype("int8", device)
     assert "\n" not in str(error.value)
+
+
+def test_int8_encoding_uses_a_quantised_copy_that_follows_the_weights_and_is_never_saved():
+    from test_rag_model import PASSAGES, tiny_encoder
+
+    encoder = tiny_encoder()
+    state = set(encoder.state_dict())
+    fp32 = encoder.encode_passages(PASSAGES, batch_size=2, dtype="float32")
+    int8 = encoder.encode_passages(PASSAGES, batch_size=2, dtype="int8")
+    assert set(encoder.state_dict()) == state  # the copy is not a submodule
+    assert not any("quantized" in type(m).__module__ for m in encoder.modules())
+    # unit vectors: each coordinate is a sum over the stacked layers, each off by ~3 * 2**-8 of its terms'
+    # scale (int8_bound), and normalisation keeps that scale at most 1
+    bound = int8_bound(encoder.model.config, scale=1.0)
+    assert 0 < np.abs(int8 - fp32).max() <= bound
+    assert np.abs(encoder.encode_passages(PASSAGES, batch_size=2, dtype="int8") - int8).max() == 0  # cached copy
+    with torch.no_grad():  # an optimiser step on q(x) changes the weights in place: the copy is rebuilt
+        next(encoder.model.parameters()).mul_(2.0)
+    changed_fp32 = encoder.encode_passages(PASSAGES, batch_size=2, dtype="float32")
+    changed_int8 = encoder.encode_passages(PASSAGES, batch_size=2, dtype="int8")
+    assert np.abs(changed_int8 - int8).max() > bound
+    assert np.abs(changed_int8 - changed_fp32).max() <= bound

@@ -25,6 +25,7 @@ of similar length (padding only to the longest text of each batch); results come
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import json
 import warnings
@@ -41,7 +42,7 @@ from openbook.models.device import module_device
 
 POOLINGS = ("mean", "cls", "pooler")
 PASSAGE_FORMATS = ("pair", "joined")
-COMPUTE_DTYPES = ("float32", "bfloat16")
+COMPUTE_DTYPES = ("float32", "bfloat16", "int8")
 MAX_LENGTH_CAP = 512
 _DPR_CLASSES = {"DPRQuestionEncoder": DPRQuestionEncoder, "DPRContextEncoder": DPRContextEncoder}
 NORMALIZED_SCORE_SCALE = 20.0
@@ -77,8 +78,9 @@ class Encoder(torch.nn.Module):
         max_length: longest input in tokens; default the tokenizer's ``model_max_length`` capped at 512.
         name: the alias, hub name or path the encoder was loaded from (kept in knowledge-base manifests).
         passage_format: ``"pair"`` or ``"joined"``; default ``"joined"`` for mean pooling, else ``"pair"``.
-        dtype: compute type of ``encode_queries``/``encode_passages``: ``"float32"`` or ``"bfloat16"``
-            (CPU autocast). ``forward`` (training) always runs in float32. float32 is the default because
+        dtype: compute type of ``encode_queries``/``encode_passages``: ``"float32"``, ``"bfloat16"`` (CPU
+            autocast) or ``"int8"`` (a dynamically quantised copy of the model, x86 CPUs:
+            :func:`openbook.models.precision.quantize_int8`). ``forward`` (training) always runs in float32. float32 is the default because
             bfloat16 measured slower on CPU without AMX and reordered top-5 results for 1 question in 100
             (``bench/encode_speed.py``).
     """
@@ -270,18 +272,20 @@ class Encoder(torch.nn.Module):
             order.sort(key=lambda i: len(features[i]["input_ids"]), reverse=True)
         batches = [order[start : start + batch_size] for start in range(0, len(order), batch_size)]
         parts = []
-        with self._inference(dtype or self.compute_dtype):
+        dtype = dtype or self.compute_dtype
+        model = self._int8_model() if dtype == "int8" else self.model
+        with self._inference(dtype):
             for batch in _progress(batches, progress):
-                parts.append(self._embed([features[i] for i in batch]).float().cpu().numpy())
+                parts.append(self._embed([features[i] for i in batch], model).float().cpu().numpy())
         out = np.empty((len(features), parts[0].shape[1]), dtype=np.float32)
         out[order] = np.concatenate(parts)
         return out
 
-    def _embed(self, features: list[Features]) -> torch.Tensor:
-        """Run the model on a batch of tokenized texts and pool (and normalise) the result."""
+    def _embed(self, features: list[Features], model: torch.nn.Module | None = None) -> torch.Tensor:
+        """Run the model (or ``model``, its int8 copy) on a batch of tokenized texts and pool (and normalise)."""
         inputs = pad_features(features, self.tokenizer.pad_token_id or 0, self.tokenizer.padding_side)
         inputs = {key: value.to(self.device) for key, value in inputs.items()}
-        outputs = self.model(**inputs)
+        outputs = (model or self.model)(**inputs)
         vectors = pool(outputs, inputs["attention_mask"], self.pooling)
         if self.normalize:
             vectors = torch.nn.functional.normalize(vectors, p=2, dim=-1)
@@ -291,6 +295,19 @@ class Encoder(torch.nn.Module):
     def device(self) -> torch.device:
         """Device of the model's parameters: inputs are moved there, vectors come back to the host."""
         return module_device(self.model)
+
+    def _int8_model(self) -> torch.nn.Module:
+        """A dynamically quantised copy of the model for ``dtype="int8"`` encoding, built on first use and again
+        whenever a weight changed in place since (training q(x)); kept outside the module tree (a tuple
+        attribute), so it is never saved, moved or trained. int8 where it cannot run is a one-line error."""
+        from openbook.models.precision import quantize_int8, resolve_dtype
+
+        resolve_dtype("int8", self.device.type)
+        version = tuple(p._version for p in self.model.parameters())
+        cached = getattr(self, "_int8_cache", None)
+        if cached is None or cached[0] != version:
+            cached = self._int8_cache = (version, quantize_int8(copy.deepcopy(self.model).eval()))
+        return cached[1]
 
     @contextmanager
     def _inference(self, dtype: str) -> Iterator[None]:
