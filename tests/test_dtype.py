@@ -126,7 +126,6 @@ def test_a_lora_run_is_cast_after_its_adapters_are_merged(tmp_path, capsys):
 @pytest.mark.parametrize("native,resolved", [(True, "bfloat16"), (False, "float32")])
 def test_auto_is_bfloat16_only_on_native_hardware(monkeypatch, native, resolved):
     monkeypatch.setattr(precision, "bf16_hardware", lambda: native)
-    monkeypatch.setattr(precision, "int8_engine", lambda: False)  # int8's own rule: tests/test_int8.py
     assert precision.resolve_dtype("auto") == resolved
     assert precision.resolve_dtype("float32") == "float32"
     assert precision.resolve_dtype("bfloat16") == "bfloat16"

@@ -18,7 +18,7 @@ from openbook.errors import InputError, OpenbookError, one_line
 
 SNIPPET_CHARS = 160
 # Interactive defaults for a short-answer model: greedy, Fast decoding (no rescoring pass), 16 new tokens,
-# bfloat16 where the CPU has it, else int8. The paper's settings (openbook eval's defaults) are one set of flags away.
+# bfloat16 where the CPU has it. The paper's settings (openbook eval's defaults) are one set of flags away.
 ASK_DEFAULTS = {"beams": 1, "decoding": "fast", "max-new-tokens": 16, "dtype": "auto"}
 PAPER_FLAGS = "--beams 4 --decoding thorough --max-new-tokens 32 --dtype float32"
 
@@ -39,8 +39,8 @@ def register(subparsers) -> None:
             '  openbook ask "Who got the first Nobel Prize in Physics?"\n'
             '  openbook ask "Who wrote Hamlet?" --model rag-token --k 10 --json\n'
             "  openbook ask --file questions.txt --json > answers.jsonl\n\n"
-            "defaults: greedy search, Fast decoding, 16 new tokens, bfloat16 where the CPU computes it natively,\n"
-            "else int8 (quick short answers). The paper's decoding, as `openbook eval` uses by default:\n"
+            "defaults: greedy search, Fast decoding, 16 new tokens, bfloat16 where the CPU computes it natively\n"
+            "(quick short answers). The paper's decoding, as `openbook eval` uses by default:\n"
             f"  openbook ask \"Who wrote Hamlet?\" {PAPER_FLAGS}"
         ),
     )

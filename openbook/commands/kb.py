@@ -98,9 +98,8 @@ def _register_build(actions) -> None:
                             f"{RAY_BATCH} with --ray)")
     build.add_argument("--encode-dtype", choices=("auto", "float32", "bfloat16", "int8"), default=None,
                        help="compute type of the document encoder: bfloat16 is faster where the CPU has it natively, "
-                            "int8 (dynamic quantisation) on other x86 CPUs (auto: bfloat16 there, else int8 on an x86 "
-                            "CPU, else float32); default: float32 (bench/build_throughput.py compares their speed and "
-                            "NQ recall@5)")
+                            "int8 (dynamic quantisation) on x86 CPUs (auto: bfloat16 there, else float32); default: "
+                            "float32 (bench/build_throughput.py compares their speed and NQ recall@5)")
     build.add_argument("--ray", nargs="?", const="", default=None, metavar="ADDRESS",
                        help="encode on a Ray cluster (Ray Data actor pool, one encoder per actor): the one at "
                             "ADDRESS (e.g. auto or ray://head:10001), or without ADDRESS a local Ray with this "

@@ -220,8 +220,8 @@ def load_model(model: str | None = None, kb=None, generator: str = "default", en
     adapters (:func:`openbook.data.default_run_path`, a run loaded by :func:`load_run`) unless ``untrained``
     or ``options`` ask for something the trained run does not have; a closed-book model is never adapted.
 
-    ``dtype`` (``float32``, ``bfloat16``, ``int8``, or ``auto``: bfloat16 where the CPU computes it natively,
-    else int8 on an x86 CPU; :func:`~openbook.models.precision.resolve_dtype`) is the generator's: its weights
+    ``dtype`` (``float32``, ``bfloat16``, ``int8`` (lossy: :mod:`~openbook.models.precision`), or ``auto``: bfloat16 where the CPU
+    computes it natively, else float32) is the generator's: its weights
     are cast, or quantised (:func:`~openbook.models.precision.quantize_int8`), after loading and after a run's
     adapters are merged into them; the query encoder, and so retrieval, stays float32.
 
