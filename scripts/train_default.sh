@@ -6,7 +6,7 @@
 # top 5 passages (scripts/answerable.py). Then the adapters, the scale and run.json are copied into
 # openbook/data/default/, which `openbook ask`, `RAG.load()` and `make demo` use.
 #
-#   scripts/train_default.sh            # split the data, train (~35 min on 2 idle CPU cores), ship
+#   scripts/train_default.sh            # split the data, train (~61 min on 2 idle AVX2 CPU cores), ship
 #   scripts/train_default.sh closed-book  # the closed-book generator with the same recipe (for comparison)
 #
 # DATA points at ../shared/data; STEPS (default 150) is the number of Adam steps of 4 questions.
