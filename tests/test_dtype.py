@@ -42,6 +42,19 @@ def bfloat16_bound(config, scale: float) -> float:
     return 3 * depth * (EPS["bfloat16"] / 2) * scale
 
 
+def target_scores(rag, retrieval) -> tuple[torch.Tensor, torch.Tensor, int]:
+    """log p(y_i|x,z,y_<i) over the vocabulary for ANSWERS under each (question, passage) row of ``retrieval``,
+    checked to be float32 distributions; the RAG loss; the answers' padded length in tokens."""
+    gen = rag.generator
+    memory = gen.encode(gen.contexts(QUESTIONS, retrieval.passages))
+    targets, _ = gen.encode_targets(ANSWERS)
+    lp = gen.target_logprobs(memory, torch.arange(len(QUESTIONS) * 2), targets.repeat_interleave(2, 0))
+    # log-softmax ran in float32: each row normalises to float32 precision, whatever the weights' type
+    assert lp.dtype == torch.float32
+    assert lp.logsumexp(-1).abs().max() <= probability_sum_bound(lp.shape[-1], logits=magnitude(lp))
+    return lp, rag.loss(QUESTIONS, ANSWERS), targets.shape[1]
+
+
 @pytest.fixture(scope="module")
 def kb(tmp_path_factory):
     from openbook.rag.assemble import build_knowledge_base
@@ -67,26 +80,13 @@ def test_bfloat16_scores_are_float32_computations_close_to_float32(kb, make):
         r32, r16 = fp32.retrieve(QUESTIONS), bf16.retrieve(QUESTIONS)
         assert torch.equal(r32.doc_logprobs, r16.doc_logprobs)  # q(x) and the index are untouched
 
-        scores = {}
-        for name, rag, r in (("fp32", fp32, r32), ("bf16", bf16, r16)):
-            gen = rag.generator
-            memory = gen.encode(gen.contexts(QUESTIONS, r.passages))
-            targets, _ = gen.encode_targets(ANSWERS)
-            rows = torch.arange(len(QUESTIONS) * 2)
-            lp = gen.target_logprobs(memory, rows, targets.repeat_interleave(2, 0))
-            # log-softmax ran in float32: each row normalises to float32 precision, not bfloat16's
-            assert lp.dtype == torch.float32
-            vocab = lp.shape[-1]
-            sums = lp.logsumexp(-1)
-            assert sums.abs().max() <= probability_sum_bound(vocab, logits=magnitude(lp))
-            scores[name] = (lp, rag.loss(QUESTIONS, ANSWERS))
-        (lp32, loss32), (lp16, loss16) = scores["fp32"], scores["bf16"]
+        (lp32, loss32, length), (lp16, loss16, _) = target_scores(fp32, r32), target_scores(bf16, r16)
         config = fp32.generator.model.config
         per_token = bfloat16_bound(config, scale=magnitude(lp32))
         assert (lp16 - lp32).abs().max() <= per_token
         # the loss sums at most T token log-probabilities per document, then marginalises in float32
         assert loss16.dtype == torch.float32
-        assert abs(float(loss16) - float(loss32)) <= targets.shape[1] * per_token
+        assert abs(float(loss16) - float(loss32)) <= length * per_token
 
         for a16, a32 in zip(bf16.ask(QUESTIONS, num_beams=2, max_new_tokens=4),
                             fp32.ask(QUESTIONS, num_beams=2, max_new_tokens=4)):

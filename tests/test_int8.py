@@ -18,8 +18,8 @@ from openbook.rag import RAG
 from openbook.rag.assemble import load_model
 from test_causal_generator import make_generator
 from test_closed_book import bart_generator, save_tiny_models, train_run
-from test_dtype import ANSWERS, QUESTIONS, bfloat16_bound, kb  # noqa: F401  (kb is a fixture)
-from tolerance import magnitude, probability_sum_bound
+from test_dtype import QUESTIONS, bfloat16_bound, kb, target_scores  # noqa: F401  (kb is a fixture)
+from tolerance import magnitude
 
 pytestmark = pytest.mark.skipif(not precision.int8_engine(), reason="PyTorch has no x86 quantised engine here")
 
@@ -58,20 +58,11 @@ def test_int8_quantises_every_linear_layer_but_the_head_and_stays_close_to_float
     with torch.no_grad():
         r32, r8 = fp32.retrieve(QUESTIONS), q8.retrieve(QUESTIONS)
         assert torch.equal(r32.doc_logprobs, r8.doc_logprobs)  # q(x) and the index are untouched
-        scores = {}
-        for name, rag, r in (("fp32", fp32, r32), ("int8", q8, r8)):
-            gen = rag.generator
-            memory = gen.encode(gen.contexts(QUESTIONS, r.passages))
-            targets, _ = gen.encode_targets(ANSWERS)
-            lp = gen.target_logprobs(memory, torch.arange(len(QUESTIONS) * 2), targets.repeat_interleave(2, 0))
-            assert lp.dtype == torch.float32
-            assert lp.logsumexp(-1).abs().max() <= probability_sum_bound(lp.shape[-1], logits=magnitude(lp))
-            scores[name] = (lp, rag.loss(QUESTIONS, ANSWERS))
-        (lp32, loss32), (lp8, loss8) = scores["fp32"], scores["int8"]
+        (lp32, loss32, length), (lp8, loss8, _) = target_scores(fp32, r32), target_scores(q8, r8)
         per_token = int8_bound(fp32.generator.model.config, scale=magnitude(lp32))
         assert 0 < (lp8 - lp32).abs().max() <= per_token  # quantised (not a no-op), within int8's rounding
         assert loss8.dtype == torch.float32
-        assert abs(float(loss8) - float(loss32)) <= targets.shape[1] * per_token
+        assert abs(float(loss8) - float(loss32)) <= length * per_token
         for a8, a32 in zip(q8.ask(QUESTIONS, num_beams=2, max_new_tokens=4),
                            fp32.ask(QUESTIONS, num_beams=2, max_new_tokens=4)):
             assert [(p.id, p.prob) for p in a8.passages] == [(p.id, p.prob) for p in a32.passages]
