@@ -268,3 +268,21 @@ def test_retrieve_k_is_bounded_and_clamped(capsys, tmp_path, corpus_dir, encoder
     assert code == 2 and stdout == "" and err == "openbook: error: k (passages to retrieve) must be at most 100, got 100000\n"
     code, stdout, err = run(capsys, "retrieve", "ocean", "--kb", out, "--k", "100", "--json")
     assert code == 0 and len(json.loads(stdout)["passages"]) < 100 and "using k=" in err
+
+
+def test_build_with_int8_encoding_stays_within_int8_rounding_of_float32(capsys, tmp_path, corpus_dir, monkeypatch):
+    from openbook.models.precision import int8_engine
+    from test_int8 import int8_bound
+    from test_rag_model import tiny_encoder
+
+    if not int8_engine():
+        pytest.skip("PyTorch has no x86 quantised engine here")
+    encoder = tiny_encoder()
+    monkeypatch.setattr(kb_commands, "load_encoder", lambda name: encoder)
+    build_kb(capsys, corpus_dir, tmp_path / "fp32")
+    build_kb(capsys, corpus_dir, tmp_path / "int8", "--encode-dtype", "int8")
+    fp32, int8 = (KnowledgeBase.load(tmp_path / name) for name in ("fp32", "int8"))
+    ids = [[p.id for p in kb.store.get(range(kb.num_rows))] for kb in (fp32, int8)]
+    assert ids[0] == ids[1] and len(ids[0]) == fp32.num_rows > 0
+    difference = np.abs(np.asarray(int8.embeddings) - np.asarray(fp32.embeddings)).max()
+    assert 0 < difference <= int8_bound(encoder.model.config, scale=1.0)  # unit vectors: see test_int8

@@ -9,9 +9,8 @@ shipped default it answers 1.35x faster than float32 on an AVX2 CPU (``bench/ask
 27.2% exact match on held-out NQ instead of 46.3% (``scripts/eval_default.sh nq-int8``), because one scale
 per tensor cannot hold the model's outlier activations: the input of block 11's MLP down-projection reaches
 2,971 where its 99.9th percentile is 1.2, so all its other values round to zero
-(``bench/activation_outliers.py``). ``auto`` picks bfloat16 where
-:func:`bf16_hardware` says so, else float32.
-Generators return their logits as float32 and take log-softmax (and every marginal over documents)
+(``bench/activation_outliers.py``). ``auto`` picks bfloat16 where :func:`bf16_hardware` says so, else
+float32. Generators return their logits as float32 and take log-softmax (and every marginal over documents)
 there, whatever the weights' type.
 """
 
@@ -58,8 +57,7 @@ def quantize_int8(model: nn.Module) -> nn.Module:
     """``model`` with every ``nn.Linear`` but its output head dynamically quantised to int8, in place.
 
     Weights become int8 with one scale per output channel (``per_channel_dynamic_qconfig``); each call
-    quantises its input per tensor and accumulates in int32 (FBGEMM), so the layers stay exact in their
-    scales and only rounding changes. The output head (the tied word embeddings of a causal LM) stays
+    quantises its input with one scale for the whole tensor and accumulates in int32 (FBGEMM). The output head (the tied word embeddings of a causal LM) stays
     float32: it turns hidden states into the logits every log-probability and marginal is taken from.
     Embedding, normalisation and attention stay float32. For inference only: quantised layers have no
     gradients."""

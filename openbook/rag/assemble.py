@@ -220,9 +220,9 @@ def load_model(model: str | None = None, kb=None, generator: str = "default", en
     adapters (:func:`openbook.data.default_run_path`, a run loaded by :func:`load_run`) unless ``untrained``
     or ``options`` ask for something the trained run does not have; a closed-book model is never adapted.
 
-    ``dtype`` (``float32``, ``bfloat16``, ``int8`` (lossy: :mod:`~openbook.models.precision`), or ``auto``: bfloat16 where the CPU
-    computes it natively, else float32) is the generator's: its weights
-    are cast, or quantised (:func:`~openbook.models.precision.quantize_int8`), after loading and after a run's
+    ``dtype`` (``float32``, ``bfloat16``, ``int8``, which is lossy (:mod:`~openbook.models.precision`), or
+    ``auto``: bfloat16 where the CPU computes it natively, else float32) is the generator's: its weights are
+    cast, or quantised (:func:`~openbook.models.precision.quantize_int8`), after loading and after a run's
     adapters are merged into them; the query encoder, and so retrieval, stays float32.
 
     ``device`` (``cpu``, ``cuda``, a ``torch.device``, or ``auto``: CUDA where available) is where the model

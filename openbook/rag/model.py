@@ -196,8 +196,8 @@ class RAG(nn.Module):
         """A RAG model from names, in eval mode (:func:`openbook.rag.assemble.load_model`, imported here, not at
         module level, because the loader sits above this module). With no names it is the shipped fine-tuned
         default; ``untrained=True`` gives the packaged generator without its adapters, ``run=DIR`` a training
-        run; ``k``, ``retriever``, ``dtype`` (the generator's: ``"float32"``, ``"bfloat16"``, ``"int8"`` or ``"auto"``) and
-        the :class:`RAG` options (``learn_scale``, ``score_scale``) pass through."""
+        run; ``k``, ``retriever``, ``dtype`` (the generator's: ``"float32"``, ``"bfloat16"``, ``"int8"`` or
+        ``"auto"``) and the :class:`RAG` options (``learn_scale``, ``score_scale``) pass through."""
         from openbook.rag.assemble import load_model
 
         if model == "closed-book":
