@@ -204,11 +204,18 @@ def greedy_search(
     cfg: BeamConfig,
     device: torch.device | str,
     on_step: Callable[[int, torch.Tensor], None] | None = None,
+    select: Callable[[torch.Tensor], None] | None = None,
 ) -> BeamOutput:
     """Greedy decoding (argmax of the processed distribution), stopping each row at EOS.
 
     ``on_step(position, tokens)``, if given, sees each step's chosen tokens ``(batch_size,)`` as they are
     chosen (``position`` 0 is the first generated token; finished rows show the pad): for streaming.
+
+    ``select(index)``, if given, keeps only the rows ``index`` of the decoding state, in that order (what
+    :func:`beam_search`'s ``select`` does): after a step at which a row finished, greedy search calls it
+    with the rows still running, and ``step`` then receives (and must return logits for) those rows alone,
+    so a finished answer stops costing compute. Without it every row is stepped until the last one ends
+    (finished rows are fed the pad). Either way each row's tokens and scores are its own.
 
     Scored as :func:`beam_search` scores one beam: ``scores`` sums the *processed* log-probabilities
     (a forced BOS or EOS counts log 1 = 0, as in transformers) over ``generated_length ** length_penalty``;
@@ -223,23 +230,29 @@ def greedy_search(
     lengths = torch.zeros(batch_size, dtype=torch.long, device=device)
     raw_total = torch.zeros(batch_size, device=device)
     processed_total = torch.zeros(batch_size, device=device)
+    rows = torch.arange(batch_size, device=device)  # the batch rows that ``step`` computes, in its order
     tokens = seqs[:, 0]
     for cur_len in range(1, L):
         raw = torch.log_softmax(step(tokens).float(), dim=-1)
         lp = process_logprobs(raw.clone(), cur_len, cfg)
-        nxt = lp.argmax(-1)
-        nxt = torch.where(done, torch.full_like(nxt, pad), nxt)
+        finished = done[rows]
+        nxt = torch.where(finished, torch.full_like(rows, pad), lp.argmax(-1))
         index = nxt.clamp(min=0)[:, None]
-        raw_total += torch.where(done, 0.0, _unforced(raw, cur_len, cfg).gather(1, index).squeeze(1))
-        processed_total += torch.where(done, 0.0, lp.gather(1, index).squeeze(1))
-        seqs[:, cur_len] = nxt
+        raw_total[rows] += torch.where(finished, 0.0, _unforced(raw, cur_len, cfg).gather(1, index).squeeze(1))
+        processed_total[rows] += torch.where(finished, 0.0, lp.gather(1, index).squeeze(1))
+        seqs[rows, cur_len] = nxt
         if on_step is not None:
-            on_step(cur_len - 1, nxt)
-        lengths += (~done).long()
+            on_step(cur_len - 1, seqs[:, cur_len])
+        lengths[rows] += (~finished).long()
         if cfg.eos_token_id is not None:
-            done = done | (nxt == cfg.eos_token_id)
+            done[rows] = finished | (nxt == cfg.eos_token_id)
         if bool(done.all()):
             break
+        running = ~done[rows]
+        if select is not None and not bool(running.all()):
+            keep = running.nonzero().squeeze(1)
+            select(keep)
+            rows, nxt = rows[keep], nxt[keep]
         tokens = nxt
     width = 1 + int(lengths.max())
     scores = processed_total / lengths.clamp(min=1).float() ** cfg.length_penalty

@@ -59,15 +59,22 @@ def rag_token_decode(generator: Generator, memory: Memory, doc_logprobs: torch.T
     marginal transition gives one token per step); beam search knows its answer only at the end."""
     B, K = doc_logprobs.shape
     state = generator.begin(memory, torch.arange(B * K, device=doc_logprobs.device))
+    running = [doc_logprobs]  # p(z|x) of the inputs greedy search still decodes (all of them for beam search)
 
     def step(tokens: torch.Tensor) -> torch.Tensor:
-        n = tokens.shape[0] // B
+        doc_lp = running[0]
+        n = tokens.shape[0] // doc_lp.shape[0]
         logits = state.step(tokens.repeat_interleave(K))  # rows (b, beam, k)
-        logprobs = torch.log_softmax(logits, dim=-1).view(B, n, K, -1).transpose(1, 2)  # (B, K, n, V)
-        return rag_token_marginal(logprobs, doc_logprobs).reshape(B * n, -1)
+        logprobs = torch.log_softmax(logits, dim=-1).view(doc_lp.shape[0], n, K, -1).transpose(1, 2)  # (b, K, n, V)
+        return rag_token_marginal(logprobs, doc_lp).reshape(doc_lp.shape[0] * n, -1)
+
+    def keep_inputs(index: torch.Tensor) -> None:  # greedy search drops the inputs whose answers ended
+        state.select(_doc_rows(index, K))
+        running[0] = running[0].index_select(0, index)
 
     if cfg.num_beams == 1:
-        out = greedy_search(step, B, generator.start_token_id, cfg, doc_logprobs.device, on_step=on_step)
+        out = greedy_search(step, B, generator.start_token_id, cfg, doc_logprobs.device, on_step=on_step,
+                            select=keep_inputs)
     else:
         out = beam_search(
             step,
@@ -93,7 +100,7 @@ def _per_doc_beams(generator: Generator, memory: Memory, n_rows: int, cfg: BeamC
     state = generator.begin(memory, torch.arange(n_rows, device=device))
     doc_cfg = replace(cfg, num_return_sequences=cfg.num_beams)
     if cfg.num_beams == 1:
-        return greedy_search(state.step, n_rows, generator.start_token_id, doc_cfg, device)
+        return greedy_search(state.step, n_rows, generator.start_token_id, doc_cfg, device, select=state.select)
     return beam_search(state.step, state.select, state.reorder, n_rows, generator.start_token_id, doc_cfg, device)
 
 
