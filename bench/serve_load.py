@@ -15,12 +15,14 @@
    process answers the same questions with ``rag.ask`` in batches of the server's max batch size for
    ``--seconds`` (after one untimed batch).
 
-Answers per second count the answers completed inside each window; latencies (client side) are those of
+Answers per second (``qps``) are the steady rate: the answers completed inside the window after its first
+batch, over the time from that batch's end to the last of them (:func:`steady_qps`; ``qps_window``, the
+answers inside the window over its length, rounds to whole batches). Latencies (client side) are those of
 every answered request. Every phase is bounded (a request in flight gets ``--request-timeout`` s, also the
 server's ``--timeout-s``) and the server is always stopped. Targets (issue 11): batching speedup >= 1.5x
 at concurrency 32, server efficiency (qps_c32_batched / offline_batch_qps) >= 0.9, 0 errors, 0 mixed.
 
-Usage:  PYTHONPATH=. python bench/serve_load.py [--seconds 30] [--swap-every 5] [model options of openbook ask]
+Usage:  PYTHONPATH=. python bench/serve_load.py [--seconds 60] [--swap-every 5] [model options of openbook ask]
 
 It ends with one JSON line: ``qps_c32_batched``, ``qps_c32_unbatched``, ``batching_speedup``,
 ``offline_batch_qps``, ``server_efficiency``, ``p99_ms_c8``, ``errors``, ``swaps``,
@@ -66,6 +68,7 @@ class Phase:
     seconds: float  # the window length
     latencies: list[float] = field(default_factory=list)  # seconds, every answered request
     in_window: int = 0  # answers completed inside the window
+    ends: list[float] = field(default_factory=list)  # seconds from the window's start to each answer (as latencies)
     errors: Counter = field(default_factory=Counter)  # kind -> count
     batch_sizes: list[int] = field(default_factory=list)  # the server's batch of each answer
     answers: list[tuple] = field(default_factory=list)  # (kb name, kb version, passage ids) of each answer
@@ -79,9 +82,29 @@ def latency_ms(latencies: list[float]) -> dict:
         "mean_ms": round(1000 * statistics.fmean(latencies), 1)}
 
 
+def steady_qps(ends: list[float], batch_sizes: list[int], seconds: float) -> float | None:
+    """Answers per second while the server was busy: the answers that completed inside the window after the
+    first batch, over the time from that batch's end to the last of them (None without two batches).
+
+    A batch's answers complete together, so counting the answers inside a fixed window rounds to whole
+    batches: with batches of 8 that take 10 s, a 30 s window holds 2 or 3 of them, +-1 batch being +-25% of
+    the count. Timing from one batch's end to another's measures the rate at which batches are served,
+    without the window's edges (nor the first batch's wait for its clients to arrive)."""
+    inside = sorted((end, size) for end, size in zip(ends, batch_sizes) if end <= seconds)
+    if not inside:
+        return None
+    first = min(inside[0][1], len(inside))  # the first answers completed are those of one batch of this size
+    later = len(inside) - first
+    span = inside[-1][0] - inside[first - 1][0]
+    return later / span if later > 0 and span > 0 else None
+
+
 def phase_figures(phase: Phase, concurrency: int) -> dict:
+    steady = steady_qps(phase.ends, phase.batch_sizes, phase.seconds)
+    window = phase.in_window / phase.seconds
     return {"concurrency": concurrency, "seconds": phase.seconds, "answers": len(phase.latencies),
-            "qps": round(phase.in_window / phase.seconds, 3), **latency_ms(phase.latencies),
+            "qps": round(steady if steady is not None else window, 3), "qps_window": round(window, 3),
+            **latency_ms(phase.latencies),
             "mean_batch_size": round(statistics.fmean(phase.batch_sizes), 2) if phase.batch_sizes else None,
             "errors": sum(phase.errors.values()), "error_kinds": dict(phase.errors)}
 
@@ -270,6 +293,7 @@ async def drive(url: str, concurrency: int, seconds: float, questions: list[str]
                     continue
                 phase.latencies.append(end - sent)
                 phase.in_window += end <= deadline
+                phase.ends.append(end - start)
                 phase.batch_sizes.append(answer[0])
                 phase.answers.append(answer[1:])
 
@@ -379,7 +403,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     options.add_options(p, "run", "model", "kb", "generator", "untrained", "encoder", "k", "dtype",
                         defaults={"dtype": ASK_DEFAULTS["dtype"]})
-    p.add_argument("--seconds", type=float, default=30.0, help="length of each phase (default: %(default)s)")
+    p.add_argument("--seconds", type=float, default=60.0, help="length of each phase (default: %(default)s)")
     p.add_argument("--swap-every", type=float, default=5.0, help="seconds between swaps (default: %(default)s)")
     p.add_argument("--max-batch-size", type=int, default=ServeConfig.max_batch_size,
                    help="the server's batch cap, and the offline batch (default: the server's, %(default)s)")

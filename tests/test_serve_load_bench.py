@@ -174,3 +174,21 @@ def test_one_short_run_on_a_tiny_model(bench, tmp_path, capsys, monkeypatch):
     assert line["levels"]["c32_unbatched"]["mean_batch_size"] == 1.0 and line["levels"]["c32"]["mean_batch_size"] > 1
     assert line["offline_batch_qps"] > 0 and line["qps_c32_batched"] == line["levels"]["c32"]["qps"]
     assert len(servers) == 2 and all(s.process.poll() is not None for s in servers)  # both stopped
+
+
+def test_steady_qps_times_batches_from_the_first_ones_end(bench):
+    # batches of 4 ending at 10, 20 and 30 s, and one of 4 after the 35 s window: 8 answers in the 20 s after
+    # the first batch's end, whatever the window's edges
+    ends = [10.0] * 4 + [20.0, 20.01, 20.02, 20.03] + [30.0] * 4 + [40.0] * 4
+    sizes = [4] * 16
+    assert bench.steady_qps(ends, sizes, 35.0) == pytest.approx(8 / 20.0)
+    phase = bench.Phase(seconds=35.0, latencies=[1.0] * 16, in_window=12, batch_sizes=sizes, ends=ends)
+    figures = bench.phase_figures(phase, 32)
+    assert figures["qps"] == 0.4 and figures["qps_window"] == round(12 / 35.0, 3)
+    # one answer at a time: n - 1 answers over the time between the first and the last
+    assert bench.steady_qps([1.0, 2.0, 3.5, 4.0], [1, 1, 1, 1], 10.0) == pytest.approx(3 / 3.0)
+    # a single batch (or none) inside the window has no rate: the window's count stands in
+    assert bench.steady_qps([5.0] * 4, [4] * 4, 10.0) is None and bench.steady_qps([], [], 10.0) is None
+    single = bench.phase_figures(bench.Phase(seconds=10.0, latencies=[1.0] * 4, in_window=4, batch_sizes=[4] * 4,
+                                             ends=[5.0] * 4), 8)
+    assert single["qps"] == 0.4
