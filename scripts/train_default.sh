@@ -6,16 +6,16 @@
 # top 5 passages (scripts/answerable.py). Then the adapters, the scale and run.json are copied into
 # openbook/data/default/, which `openbook ask`, `RAG.load()` and `make demo` use.
 #
-#   scripts/train_default.sh            # split the data, train (~61 min on 2 idle AVX2 CPU cores), ship
+#   scripts/train_default.sh            # split the data, train (~85 min on 2 idle AVX2 CPU cores), ship
 #   scripts/train_default.sh closed-book  # the closed-book generator with the same recipe (for comparison)
 #
-# DATA points at ../shared/data; STEPS (default 150) is the number of Adam steps of 4 questions.
+# DATA points at ../shared/data; STEPS (default 250) is the number of Adam steps of 4 questions.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 OB=${OB:-.venv/bin/openbook}
 PY=${PY:-.venv/bin/python}
 DATA=${DATA:-../shared/data}
-STEPS=${STEPS:-150}
+STEPS=${STEPS:-250}
 RECIPE="--train runs/data/default-train-answerable.jsonl --lora 16 --lr-generator 1e-3 --learn-scale
         --batch-size 4 --k 5 --max-steps $STEPS --freeze-retriever --seed 0 --checkpoint-every 25"
 
