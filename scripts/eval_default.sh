@@ -18,6 +18,10 @@ timed() { name=$1; shift; echo "== $*" >&2; /usr/bin/time -f "$name: %e s wall, 
 latency()     { timed latency env PYTHONPATH=. $PY bench/ask_latency.py --questions 15 --cold-runs 3 | tee $OUT/ask_latency.txt; }
 nq-bf16()     { timed nq-bf16 $OB eval --task nq --data runs/data/nq-dev.jsonl $ASK --dtype bfloat16 --out $OUT/nq-bf16 --json; }
 nq-fp32()     { timed nq-fp32 $OB eval --task nq --data runs/data/nq-dev.jsonl $ASK --dtype float32 --out $OUT/nq-fp32 --json; }
+nq-qmark()    { $PY -c 'import json,sys; [print(json.dumps({**r, "question": r["question"].rstrip() + "?"}, ensure_ascii=False))
+                    for r in map(json.loads, open(sys.argv[1]))]' runs/data/nq-dev.jsonl > runs/data/nq-dev-qmark.jsonl
+                timed nq-qmark $OB eval --task nq --data runs/data/nq-dev-qmark.jsonl $ASK --dtype float32 \
+                    --out $OUT/nq-qmark --json; }  # the NQ fifth with a question mark after every question
 nq-int8()     { timed nq-int8 $OB eval --task nq --data runs/data/nq-dev.jsonl $ASK --dtype int8 --out $OUT/nq-int8 --json; }
 hot-swap()    { timed hot-swap $OB experiments hot-swap --leaders "$LEADERS" --k 5 --beams 1 --max-new-tokens 16 \
                     --out $OUT/hot-swap --json; }
