@@ -11,9 +11,10 @@
    else two slices of the demo book. An answer is *mixed-version* when a passage it returns is not in the
    knowledge-base version the answer names.
 3. Unbatched: a fresh server with ``--max-batch-size 1``, concurrency 32.
-4. Offline bound, after the last server stopped (never sharing the CPU with it): the same model in this
-   process answers the same questions with ``rag.ask`` in batches of the server's max batch size for
-   ``--seconds`` (after one untimed batch).
+4. Offline bound, after the last server stopped (never sharing the CPU with it): the same model, in a fresh
+   process as the server's is (this one has built knowledge bases and driven clients, and ran ``rag.ask``
+   about 13% slower than the server did), answers the same questions with ``rag.ask`` in batches of the
+   server's max batch size for ``--seconds`` (after one untimed batch), then one at a time.
 
 Answers per second (``qps``) are the steady rate: the answers completed inside the window after its first
 batch, over the time from that batch's end to the last of them (:func:`steady_qps`; ``qps_window``, the
@@ -392,6 +393,18 @@ def offline_qps(args, questions: list[str], batch_sizes: tuple[int, ...], settin
     return rates
 
 
+def offline_in_fresh_process(argv: list[str], batch_size: int) -> dict[int, float]:
+    """:func:`offline_qps` for ``(batch_size, 1)`` run by this script with ``--offline-only`` in a new process,
+    as the server runs in one; its last stdout line is the rates."""
+    command = [sys.executable, str(Path(__file__).resolve()), *argv, "--offline-only"]
+    path = os.pathsep.join(filter(None, (str(REPO), os.environ.get("PYTHONPATH"))))
+    done = subprocess.run(command, capture_output=True, text=True, env={**os.environ, "PYTHONPATH": path})
+    if done.returncode != 0:
+        raise SystemExit(f"the offline bound failed ({done.returncode}):\n{done.stderr[-2000:]}")
+    rates = json.loads(done.stdout.strip().splitlines()[-1])
+    return {int(size): rate for size, rate in rates.items()}
+
+
 # --------------------------------------------------------------------------------------------------
 
 
@@ -416,6 +429,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--leaders", metavar="CSV", default=DEFAULT_LEADERS,
                    help="office holders for the swap phase (default: %(default)s; without it: demo book slices)")
     p.add_argument("--swap-passages", type=int, default=500, help="passages per demo slice (without --leaders)")
+    p.add_argument("--offline-only", action="store_true", help=argparse.SUPPRESS)  # step 4, in its own process
     args = p.parse_args(argv)
     if min(args.seconds, args.swap_every, args.max_batch_size, args.request_timeout, args.swap_passages) <= 0:
         p.error("--seconds, --swap-every, --max-batch-size, --request-timeout and --swap-passages must be positive")
@@ -440,6 +454,9 @@ def main(argv=None) -> None:
     if not questions:
         raise SystemExit(f"{args.questions}: no questions")
     settings, _ = ask_settings(args.k or DEFAULT_K)
+    if args.offline_only:
+        print(json.dumps(offline_qps(args, questions, (args.max_batch_size, 1), settings)))
+        return
     body, levels = ask_body(settings), {}
     token = f"bench-{random.getrandbits(64):016x}"
 
@@ -473,7 +490,7 @@ def main(argv=None) -> None:
         with Server(serve_flags(args, 1), log, args.startup_timeout) as server:
             warm(server)
             run(server, f"c{TOP}_unbatched", TOP, questions)
-    rates = offline_qps(args, questions, (args.max_batch_size, 1), settings)  # after the servers stopped
+    rates = offline_in_fresh_process(argv if argv is not None else sys.argv[1:], args.max_batch_size)
     bound, single = rates[args.max_batch_size], rates[1]
     print(f"offline rag.ask in batches of {args.max_batch_size}: {bound} answers/s; one at a time: {single}", flush=True)
     result = result_line(levels, offline_qps=bound, swaps=swaps["swaps"], swap_errors=swaps["swap_errors"],

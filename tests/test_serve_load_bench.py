@@ -192,3 +192,23 @@ def test_steady_qps_times_batches_from_the_first_ones_end(bench):
     single = bench.phase_figures(bench.Phase(seconds=10.0, latencies=[1.0] * 4, in_window=4, batch_sizes=[4] * 4,
                                              ends=[5.0] * 4), 8)
     assert single["qps"] == 0.4
+
+
+def test_the_offline_bound_runs_in_a_fresh_process_of_this_script(bench, monkeypatch):
+    import subprocess as sp
+
+    seen = {}
+
+    def run(command, **kwargs):
+        seen["command"], seen["env"] = command, kwargs["env"]
+        return sp.CompletedProcess(command, 0, stdout='versions: ...\n{"8": 0.66, "1": 0.51}\n', stderr="")
+
+    monkeypatch.setattr(bench.subprocess, "run", run)
+    rates = bench.offline_in_fresh_process(["--k", "2", "--seconds", "5"], 8)
+    assert rates == {8: 0.66, 1: 0.51}
+    assert seen["command"][1].endswith("serve_load.py") and seen["command"][2:] == ["--k", "2", "--seconds", "5",
+                                                                                   "--offline-only"]
+    monkeypatch.setattr(bench.subprocess, "run", lambda command, **kw: sp.CompletedProcess(command, 1, "", "boom"))
+    with pytest.raises(SystemExit, match=r"offline bound failed \(1\)") as failed:
+        bench.offline_in_fresh_process([], 8)
+    assert "boom" in str(failed.value)
