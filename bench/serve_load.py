@@ -12,9 +12,10 @@
    knowledge-base version the answer names.
 3. Unbatched: a fresh server with ``--max-batch-size 1``, concurrency 32.
 4. Offline bound, after the last server stopped (never sharing the CPU with it): the same model, in a fresh
-   process as the server's is (this one has built knowledge bases and driven clients, and ran ``rag.ask``
-   about 13% slower than the server did), answers the same questions with ``rag.ask`` in batches of the
-   server's max batch size for ``--seconds`` (after one untimed batch), then one at a time.
+   process as the server's is, answers the same questions with ``rag.ask`` in batches of the server's max
+   batch size for ``--seconds`` (after one untimed batch), then one at a time. (Measured in this process
+   instead, it ran about 13% slower than the server in two runs; in a fresh process it still ran 10% slower
+   in the one run since, for a reason not yet known.)
 
 Answers per second (``qps``) are the steady rate: the answers completed inside the window after its first
 batch, over the time from that batch's end to the last of them (:func:`steady_qps`; ``qps_window``, the
