@@ -57,10 +57,10 @@ def quantize_int8(model: nn.Module) -> nn.Module:
     """``model`` with every ``nn.Linear`` but its output head dynamically quantised to int8, in place.
 
     Weights become int8 with one scale per output channel (``per_channel_dynamic_qconfig``); each call
-    quantises its input with one scale for the whole tensor and accumulates in int32 (FBGEMM). The output head (the tied word embeddings of a causal LM) stays
-    float32: it turns hidden states into the logits every log-probability and marginal is taken from.
-    Embedding, normalisation and attention stay float32. For inference only: quantised layers have no
-    gradients."""
+    quantises its input with one scale for the whole tensor and accumulates in int32 (FBGEMM). The output
+    head (the tied word embeddings of a causal LM) stays float32: it turns hidden states into the logits
+    every log-probability and marginal is taken from. Embedding, normalisation and attention stay float32.
+    For inference only: quantised layers have no gradients."""
     from torch.ao.quantization import per_channel_dynamic_qconfig, quantize_dynamic
 
     head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None

@@ -59,18 +59,19 @@ def rag_token_decode(generator: Generator, memory: Memory, doc_logprobs: torch.T
     marginal transition gives one token per step); beam search knows its answer only at the end."""
     B, K = doc_logprobs.shape
     state = generator.begin(memory, torch.arange(B * K, device=doc_logprobs.device))
-    running = [doc_logprobs]  # p(z|x) of the inputs greedy search still decodes (all of them for beam search)
+    running = doc_logprobs  # p(z|x) of the inputs greedy search still decodes (all of them for beam search)
 
     def step(tokens: torch.Tensor) -> torch.Tensor:
-        doc_lp = running[0]
-        n = tokens.shape[0] // doc_lp.shape[0]
+        b = running.shape[0]
+        n = tokens.shape[0] // b
         logits = state.step(tokens.repeat_interleave(K))  # rows (b, beam, k)
-        logprobs = torch.log_softmax(logits, dim=-1).view(doc_lp.shape[0], n, K, -1).transpose(1, 2)  # (b, K, n, V)
-        return rag_token_marginal(logprobs, doc_lp).reshape(doc_lp.shape[0] * n, -1)
+        logprobs = torch.log_softmax(logits, dim=-1).view(b, n, K, -1).transpose(1, 2)  # (b, K, n, V)
+        return rag_token_marginal(logprobs, running).reshape(b * n, -1)
 
     def keep_inputs(index: torch.Tensor) -> None:  # greedy search drops the inputs whose answers ended
+        nonlocal running
         state.select(_doc_rows(index, K))
-        running[0] = running[0].index_select(0, index)
+        running = running.index_select(0, index)
 
     if cfg.num_beams == 1:
         out = greedy_search(step, B, generator.start_token_id, cfg, doc_logprobs.device, on_step=on_step,
