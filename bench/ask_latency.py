@@ -9,7 +9,8 @@
   general-knowledge questions written below (none from ../shared/data): p50 and p95 of the per-question
   wall time; the same questions with the paper's settings (4 beams, Thorough decoding, 32 new tokens,
   float32: ``openbook eval``'s defaults, a second model) as the peer, and ask's settings on that float32
-  model (what ``--dtype`` buys), all timed interleaved in the same run.
+  model (what ``--dtype`` buys), and ask's settings with Fast decoding on ask's model (what Lazy decoding
+  buys; its answers must be the same), all timed interleaved in the same run.
 
 Targets (issue 10): warm p50 <= 1.0 s, cold start <= 10 s.
 
@@ -17,7 +18,8 @@ Usage:  PYTHONPATH=. python bench/ask_latency.py [--questions 30] [--cold-runs 3
 
 It ends with one JSON line: ``warm_p50_s``, ``warm_p95_s``, ``cold_start_s``, ``peak_rss_mb``,
 ``paper_p50_s``, ``paper_p95_s``, ``speedup_p50`` (paper p50 / warm p50), ``float32_p50_s`` and
-``dtype_speedup_p50`` (ask's settings in float32 / in ask's dtype), ``dtype`` and the settings.
+``dtype_speedup_p50`` (ask's settings in float32 / in ask's dtype), ``fast_p50_s``, ``lazy_speedup_p50`` (Fast
+decoding / ask's decoding) and ``same_as_fast_fraction``, ``dtype`` and the settings.
 """
 
 from __future__ import annotations
@@ -119,9 +121,13 @@ def summary(times: list[float]) -> dict:
 
 
 def result_line(*, warm: list[float], paper: list[float], fp32: list[float], cold: list[float], peak_rss_kb: int,
-                dtype: str, settings: dict, extra: dict) -> dict:
+                dtype: str, settings: dict, extra: dict, fast: list[float] | None = None) -> dict:
     """The figures of the final JSON line."""
     w, p, f = summary(warm), summary(paper), summary(fp32)
+    peer = {}
+    if fast:
+        peer = {"fast_p50_s": summary(fast)["p50_s"], "fast_p95_s": summary(fast)["p95_s"],
+                "lazy_speedup_p50": round(percentile(fast, 50) / percentile(warm, 50), 2)}
     cold_s = round(statistics.median(cold), 3)
     return {
         "warm_p50_s": w["p50_s"], "warm_p95_s": w["p95_s"], "warm_mean_s": w["mean_s"],
@@ -131,6 +137,7 @@ def result_line(*, warm: list[float], paper: list[float], fp32: list[float], col
         "speedup_p50": round(percentile(paper, 50) / percentile(warm, 50), 2),
         "float32_p50_s": f["p50_s"], "float32_p95_s": f["p95_s"],
         "dtype_speedup_p50": round(percentile(fp32, 50) / percentile(warm, 50), 2),
+        **peer,
         "dtype": dtype, "settings": settings, "paper_settings": {**PAPER, "k": settings["k"], "dtype": PAPER_DTYPE},
         "targets": {"warm_p50_s": 1.0, "cold_start_s": 10.0},
         "meets_targets": bool(percentile(warm, 50) <= 1.0 and cold_s <= 10.0),
@@ -172,12 +179,12 @@ def main(argv=None) -> None:
     rag.ask([questions[0]], **settings)  # untimed warm-up of both
     paper_rag.ask([questions[0]], k=args.k, **PAPER)
 
-    warm, paper, fp32, same = [], [], [], 0
-    print(f"{'question':44s} {'default':>8s} {'float32':>8s} {'paper':>8s}  answers (default | paper)")
+    warm, paper, fp32, fast, same, same_fast = [], [], [], [], 0, 0
+    print(f"{'question':44s} {'default':>8s} {'fast':>8s} {'float32':>8s} {'paper':>8s}  answers (default | paper)")
     for i, question in enumerate(questions):
         timed = {}
-        order = (("default", rag, settings), ("float32", paper_rag, settings),
-                 ("paper", paper_rag, {"k": args.k, **PAPER}))
+        order = (("default", rag, settings), ("fast", rag, {**settings, "decoding": "fast"}),
+                 ("float32", paper_rag, settings), ("paper", paper_rag, {"k": args.k, **PAPER}))
         for name, model, options in (order if i % 2 == 0 else order[::-1]):  # interleaved: load hits all
             gc.collect()
             start = time.perf_counter()
@@ -186,14 +193,18 @@ def main(argv=None) -> None:
         warm.append(timed["default"][0])
         fp32.append(timed["float32"][0])
         paper.append(timed["paper"][0])
+        fast.append(timed["fast"][0])
         same += timed["default"][1] == timed["paper"][1]
-        print(f"{question[:44]:44s} {timed['default'][0]:7.2f}s {timed['float32'][0]:7.2f}s {timed['paper'][0]:7.2f}s  "
+        same_fast += timed["default"][1] == timed["fast"][1]
+        print(f"{question[:44]:44s} {timed['default'][0]:7.2f}s {timed['fast'][0]:7.2f}s {timed['float32'][0]:7.2f}s "
+              f"{timed['paper'][0]:7.2f}s  "
               f"{timed['default'][1]!r} | {timed['paper'][1]!r}", flush=True)
 
     result = result_line(
-        warm=warm, paper=paper, fp32=fp32, cold=cold, peak_rss_kb=peak_rss_kb, dtype=dtype,
+        warm=warm, paper=paper, fp32=fp32, fast=fast, cold=cold, peak_rss_kb=peak_rss_kb, dtype=dtype,
         settings={**settings, "dtype_option": dtype_option, "batch_size": 1},
         extra={"questions": len(questions), "same_answer_fraction": round(same / len(questions), 3),
+               "same_as_fast_fraction": round(same_fast / len(questions), 3),
                "in_process_load_s": round(load_s, 2), "bf16_hardware": bf16_hardware(),
                "threads": torch.get_num_threads(), "load_average_1min": round(os.getloadavg()[0], 2)},
     )

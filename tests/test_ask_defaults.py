@@ -21,7 +21,7 @@ def parse(*argv):
 
 def test_ask_defaults_are_for_short_interactive_answers():
     args = parse("ask", "q?")
-    assert (args.beams, args.decoding, args.max_new_tokens, args.dtype) == (1, "fast", 16, "auto")
+    assert (args.beams, args.decoding, args.max_new_tokens, args.dtype) == (1, "lazy", 16, "auto")
 
 
 def test_eval_defaults_are_the_papers():

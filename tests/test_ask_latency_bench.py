@@ -46,12 +46,14 @@ def test_the_json_line_has_the_issues_figures(bench):
     result = bench.result_line(warm=[0.4, 0.6, 0.5, 2.0], paper=[4.0, 6.0, 5.0, 9.0], fp32=[0.8, 1.2, 1.0, 3.0],
                                cold=[7.0, 9.5, 8.0],
                                peak_rss_kb=1024 * 900, dtype="bfloat16", settings={"k": 5, "num_beams": 1},
-                               extra={"questions": 4})
+                               extra={"questions": 4}, fast=[1.0, 1.5, 1.2, 2.5])
     line = json.loads(json.dumps(result))  # one JSON value, as printed
-    for key in ("warm_p50_s", "warm_p95_s", "cold_start_s", "peak_rss_mb", "paper_p50_s", "speedup_p50", "dtype"):
+    for key in ("warm_p50_s", "warm_p95_s", "cold_start_s", "peak_rss_mb", "paper_p50_s", "speedup_p50", "dtype",
+                "fast_p50_s", "lazy_speedup_p50"):
         assert key in line
     assert line["warm_p50_s"] == 0.55 and line["cold_start_s"] == 8.0 and line["peak_rss_mb"] == 900.0
     assert line["speedup_p50"] == round(5.5 / 0.55, 2) and line["meets_targets"] is True
     assert line["float32_p50_s"] == 1.1 and line["dtype_speedup_p50"] == 2.0
+    assert line["fast_p50_s"] == 1.35 and line["lazy_speedup_p50"] == round(1.35 / 0.55, 2)
     assert line["paper_settings"] == {"num_beams": 4, "decoding": "thorough", "max_new_tokens": 32, "k": 5,
                                       "dtype": "float32"}

@@ -141,7 +141,7 @@ def test_defaults_reach_the_rag_layer(stub, capsys):
     code, _, err = run(capsys, "ask", "q?")
     assert code == 0, err
     assert stub.loads == [dict(model=None, kb=None, generator="default", encoder=None)]
-    assert stub.rag.calls == [(["q?"], dict(k=5, num_beams=1, decoding="fast", max_new_tokens=16))]
+    assert stub.rag.calls == [(["q?"], dict(k=5, num_beams=1, decoding="lazy", max_new_tokens=16))]
 
 
 def test_options_reach_the_rag_layer(stub, capsys, tmp_path):
@@ -153,7 +153,7 @@ def test_options_reach_the_rag_layer(stub, capsys, tmp_path):
     )  # fmt: skip
     assert code == 0, err
     assert stub.loads == [dict(model="rag-token", kb=str(tmp_path), generator="facebook/rag-token-nq", encoder="/models/enc")]
-    assert stub.rag.calls == [(["q?"], dict(k=3, num_beams=2, decoding="fast", max_new_tokens=7))]
+    assert stub.rag.calls == [(["q?"], dict(k=3, num_beams=2, decoding="lazy", max_new_tokens=7))]
 
 
 def test_thorough_decoding(stub, capsys):
@@ -168,7 +168,7 @@ def test_decoding_with_rag_token_warns_and_is_ignored(stub, capsys):
     assert err.splitlines() == [
         "openbook: warning: --decoding thorough applies to --model rag-sequence only; ignored for rag-token"
     ]
-    assert stub.rag.calls[0][1]["decoding"] == "fast"
+    assert stub.rag.calls[0][1]["decoding"] == "lazy"
 
 
 def test_snippet_cuts_at_a_word_boundary():

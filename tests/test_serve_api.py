@@ -55,6 +55,11 @@ def test_ask_answers_with_provenance_and_the_version(tiny):
             answers = r.json()["answers"]
             assert [a["model"] for a in answers] == ["rag-sequence"] * 2 and answers[0]["token_posteriors"] is None
             assert all(p["posterior"] is not None for p in answers[0]["passages"])
+            fast, lazy = [(await http.post("/v1/ask", json={"question": ["largest ocean", "capital of france"],
+                                                            "model": "rag-sequence", "decoding": decoding})).json()
+                          for decoding in ("fast", "lazy")]
+            assert [a["answer"] for a in lazy["answers"]] == [a["answer"] for a in fast["answers"]]
+            assert all(a["passages"][0]["posterior"] is not None for a in lazy["answers"])  # the top one is read
 
     run(go())
 

@@ -17,9 +17,10 @@ from openbook.commands import options
 from openbook.errors import InputError, OpenbookError, one_line
 
 SNIPPET_CHARS = 160
-# Interactive defaults for a short-answer model: greedy, Fast decoding (no rescoring pass), 16 new tokens,
-# bfloat16 where the CPU has it. The paper's settings (openbook eval's defaults) are one set of flags away.
-ASK_DEFAULTS = {"beams": 1, "decoding": "fast", "max-new-tokens": 16, "dtype": "auto"}
+# Interactive defaults for a short-answer model: greedy, Lazy decoding (Fast decoding's answer, from only the
+# passages that decide it), 16 new tokens, bfloat16 where the CPU has it. The paper's settings (openbook
+# eval's defaults) are one set of flags away.
+ASK_DEFAULTS = {"beams": 1, "decoding": "lazy", "max-new-tokens": 16, "dtype": "auto"}
 PAPER_FLAGS = "--beams 4 --decoding thorough --max-new-tokens 32 --dtype float32"
 
 
@@ -39,8 +40,8 @@ def register(subparsers) -> None:
             '  openbook ask "Who got the first Nobel Prize in Physics?"\n'
             '  openbook ask "Who wrote Hamlet?" --model rag-token --k 10 --json\n'
             "  openbook ask --file questions.txt --json > answers.jsonl\n\n"
-            "defaults: greedy search, Fast decoding, 16 new tokens, bfloat16 where the CPU computes it natively\n"
-            "(quick short answers). The paper's decoding, as `openbook eval` uses by default:\n"
+            "defaults: greedy search, Lazy decoding (Fast decoding's answer, reading passages only until it is\n"
+            "settled), 16 new tokens, bfloat16 where the CPU computes it natively (quick short answers). The paper's decoding, as `openbook eval` uses by default:\n"
             f"  openbook ask \"Who wrote Hamlet?\" {PAPER_FLAGS}"
         ),
     )

@@ -15,7 +15,7 @@ from openbook.commands import positive_int
 MODELS = ("rag-sequence", "rag-token")
 WITH_CLOSED_BOOK = (*MODELS, "closed-book")
 RETRIEVERS = ("dense", "bm25", "hybrid")  # openbook.index.retriever.RETRIEVERS, spelled out: no imports here
-DECODINGS = ("thorough", "fast")
+DECODINGS = ("thorough", "fast", "lazy")
 DTYPES = ("auto", "float32", "bfloat16", "int8")  # openbook.models.precision.DTYPES, spelled out: no imports here
 DEVICES = ("auto", "cpu", "cuda")  # openbook.models.device.DEVICES, spelled out: no imports here
 DEFAULT_DEVICE = "auto"
@@ -84,7 +84,9 @@ def _beams(p, default: int = DEFAULT_BEAMS) -> None:
 def _decoding(p, default: str = DEFAULT_DECODING) -> None:
     p.add_argument("--decoding", choices=DECODINGS, default=default,
                    help="RAG-Sequence decoding: 'thorough' rescores every candidate under every passage, 'fast' "
-                   "treats candidates missing from a passage's beam as probability 0 (default: %(default)s)")
+                   "treats candidates missing from a passage's beam as probability 0, 'lazy' gives fast's answer "
+                   "reading passages in order of p(z|x) only until no unread one can change it (no posterior for "
+                   "the unread ones) (default: %(default)s)")
 
 
 def _max_new_tokens(p, default: int | None = None) -> None:

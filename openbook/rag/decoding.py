@@ -5,7 +5,9 @@
 * RAG-Sequence: one beam search per (input, document) row, scored by the generator alone; the union of
   hypotheses Y is then scored either **Thorough**-ly (an extra teacher-forced pass of every hypothesis
   under every document, reusing the encoder outputs / prompt prefills) or **Fast** (p(y|x,z) = 0 where
-  y was not in document z's beam, so no extra pass).
+  y was not in document z's beam, so no extra pass). **Lazy** decoding (:func:`rag_sequence_decode_lazy`)
+  returns Fast decoding's answer while reading documents in order of p(z|x) only until no unread one can
+  change it.
 
 All functions take a generator's :class:`~openbook.models.generators.Memory` for ``B*K`` rows
 (input-major) and ``doc_logprobs (B, K)``; none loops over the batch in Python.
@@ -21,18 +23,20 @@ from openbook.models.generators import Generator, Memory
 from openbook.rag.beam import BeamConfig, BeamOutput, beam_search, greedy_search
 from openbook.rag.marginal import rag_token_marginal
 
-__all__ = ["Decoded", "beam_config_for", "rag_sequence_decode", "rag_token_decode"]
+__all__ = ["Decoded", "beam_config_for", "rag_sequence_decode", "rag_sequence_decode_lazy", "rag_token_decode"]
 
 
 @dataclass
 class Decoded:
     """Best hypotheses per input: ``tokens (B, R, T)`` answer tokens (start token removed, padded),
     ``scores (B, R)`` (log p(y|x) for RAG-Sequence, the beam score for RAG-Token) and, for RAG-Sequence,
-    ``doc_seq_logprobs (B, R, K)`` = log p(y|x,z) per document (-inf where Fast decoding assumed zero)."""
+    ``doc_seq_logprobs (B, R, K)`` = log p(y|x,z) per document (-inf where Fast decoding assumed zero) and,
+    for Lazy decoding, ``docs_read (B, K)``: the documents it read (the others have no p(y|x,z))."""
 
     tokens: torch.Tensor
     scores: torch.Tensor
     doc_seq_logprobs: torch.Tensor | None = None
+    docs_read: torch.Tensor | None = None
 
 
 def beam_config_for(generator: Generator, **overrides) -> BeamConfig:
@@ -127,20 +131,89 @@ def rag_sequence_decode(
     beams = _per_doc_beams(generator, memory, B * K, replace(cfg, num_return_sequences=nb))
     cands = beams.sequences.reshape(B, K * nb, -1)  # candidate c = k * nb + j comes from document k
     same, keep = _first_occurrence(cands)
-    targets = cands[:, :, 1:]
     if decoding == "thorough":
-        doc_ll = _thorough_doc_logprobs(generator, memory, targets, keep)
+        doc_ll = _thorough_doc_logprobs(generator, memory, cands[:, :, 1:], keep)
     else:
         doc_ll = _fast_doc_logprobs(beams.raw_logprobs.reshape(B, K * nb), same, K, nb)
+    return _best(cands, keep, doc_ll, doc_logprobs, cfg, generator.pad_token_id)
+
+
+def _best(cands, keep, doc_ll, doc_logprobs, cfg: BeamConfig, pad: int, docs_read=None) -> Decoded:
+    """The ``num_return_sequences`` best candidates by log p(y|x) = logsumexp_z(log p(y|x,z) + log p(z|x))."""
+    B, C = keep.shape
+    targets = cands[:, :, 1:]
     scores = torch.logsumexp(doc_ll + doc_logprobs[:, None, :], dim=-1)  # (B, C): log p(y|x)
     scores = scores.masked_fill(~keep, -float("inf"))
-    R = min(cfg.num_return_sequences, K * nb)
+    R = min(cfg.num_return_sequences, C)
     best = scores.topk(R, dim=1).indices  # (B, R)
     def pick(t):
         return torch.take_along_dim(t, best.view(B, R, *([1] * (t.dim() - 2))), dim=1)
     tokens = pick(targets)
-    width = max(1, int((tokens != generator.pad_token_id).sum(-1).max()))
-    return Decoded(tokens[..., :width], pick(scores[..., None])[..., 0], pick(doc_ll))
+    width = max(1, int((tokens != pad).sum(-1).max()))
+    return Decoded(tokens[..., :width], pick(scores[..., None])[..., 0], pick(doc_ll), docs_read)
+
+
+# Lazy decoding reads the top document first, then all the others: each stage costs a prefill and a
+# decoding pass, and the top document alone settles most answers of a trained model (its p(z|x) is peaked).
+LAZY_FIRST_STAGE = 1
+# Lazy decoding stops only when the best answer leads by this fraction of its probability more than the
+# unread documents could add: far above float32 rounding, so the stop never turns on a rounding error.
+LAZY_MARGIN = 1e-4
+
+
+def _settled(keep, doc_ll, doc_logprobs, read) -> torch.Tensor:
+    """``(B,)``: whether no unread document can change the best candidate of an input (Fast decoding).
+
+    An unread document z adds p(z|x) p(y|x,z) <= p(z|x) to at most the candidates of its own beam, so with
+    the unread mass ``U = sum p(z|x)`` the best candidate's probability ``s1`` is final as the argmax once
+    ``s1 > s2 + U`` (``s2``: the runner-up, 0 if none; a new candidate gets at most ``U``)."""
+    probs = torch.logsumexp(doc_ll + doc_logprobs[:, None, :], dim=-1).masked_fill(~keep, -float("inf"))
+    top = probs.double().exp().topk(min(2, probs.shape[1]), dim=1).values
+    s1 = top[:, 0]
+    s2 = top[:, 1] if top.shape[1] > 1 else torch.zeros_like(s1)
+    unread = doc_logprobs.double().exp().masked_fill(read, 0.0).sum(-1)
+    return (s1 - s2 - unread) > LAZY_MARGIN * s1
+
+
+def rag_sequence_decode_lazy(generator: Generator, encode, doc_logprobs: torch.Tensor, cfg: BeamConfig) -> Decoded:
+    """Fast decoding's best answer, reading documents in order of p(z|x) only until it is settled.
+
+    ``encode(inputs (n,), start, stop)`` returns the generator's :class:`Memory` of documents
+    ``start..stop-1`` of those inputs (rows input-major); ``doc_logprobs (B, K)`` is sorted best first, as
+    retrieval returns it. The first stage reads the top document of every input, the second the rest of
+    the inputs that :func:`_settled` does not settle. The chosen answer is the one Fast decoding over all
+    K documents chooses (for ``num_return_sequences == 1``; more return sequences read every document);
+    ``scores`` and ``doc_seq_logprobs`` count the documents read (``docs_read``), -inf for the others."""
+    B, K = doc_logprobs.shape
+    nb = cfg.num_beams
+    device = doc_logprobs.device
+    seqs = torch.full((B, K, nb, 1), -1, dtype=torch.long, device=device)  # -1: equals no generated answer
+    raw = torch.full((B, K, nb), -float("inf"), device=device)
+    read = torch.zeros((B, K), dtype=torch.bool, device=device)
+    todo = torch.arange(B, device=device)
+    for start, stop in ((0, min(LAZY_FIRST_STAGE, K)), (min(LAZY_FIRST_STAGE, K), K)):
+        if stop <= start or todo.numel() == 0:
+            continue
+        memory = encode(todo, start, stop)
+        beams = _per_doc_beams(generator, memory, todo.numel() * (stop - start), replace(cfg, num_return_sequences=nb))
+        out = beams.sequences.view(todo.numel(), stop - start, nb, -1)
+        width = max(seqs.shape[-1], out.shape[-1])
+        seqs = _pad_to(seqs, width, generator.pad_token_id)
+        seqs[todo, start:stop] = _pad_to(out, width, generator.pad_token_id)
+        raw[todo, start:stop] = beams.raw_logprobs.view(todo.numel(), stop - start, nb).to(raw.dtype)
+        read[todo, start:stop] = True
+        cands = seqs.view(B, K * nb, -1)
+        same, keep = _first_occurrence(cands)
+        doc_ll = _fast_doc_logprobs(raw.view(B, K * nb), same, K, nb)
+        if cfg.num_return_sequences == 1:
+            settled = _settled(keep[todo], doc_ll[todo], doc_logprobs[todo], read[todo])
+            todo = todo[~settled]
+    return _best(cands, keep, doc_ll, doc_logprobs, cfg, generator.pad_token_id, read)
+
+
+def _pad_to(t: torch.Tensor, width: int, value: int) -> torch.Tensor:
+    """``t`` with its last dimension padded on the right with ``value`` to ``width``."""
+    return torch.nn.functional.pad(t, (0, width - t.shape[-1]), value=value)
 
 
 def _thorough_doc_logprobs(generator: Generator, memory: Memory, targets: torch.Tensor, keep: torch.Tensor):

@@ -25,10 +25,10 @@ from openbook.errors import InputError, positive_int
 from openbook.index import KnowledgeBase
 from openbook.index.retriever import RETRIEVERS, Retriever, check_k, make_retriever, retrieval_logprobs
 from openbook.models.encoders import Encoder, default_score_scale
-from openbook.models.generators import Generator
+from openbook.models.generators import Generator, Memory
 from openbook.models.pieces import token_pieces
 from openbook.rag.boundary import answer_texts
-from openbook.rag.decoding import beam_config_for, rag_sequence_decode, rag_token_decode
+from openbook.rag.decoding import beam_config_for, rag_sequence_decode, rag_sequence_decode_lazy, rag_token_decode
 from openbook.rag.marginal import (
     rag_sequence_nll,
     rag_token_marginal,
@@ -38,7 +38,7 @@ from openbook.rag.marginal import (
 )
 
 MODELS = ("rag-sequence", "rag-token")
-DECODINGS = ("thorough", "fast")
+DECODINGS = ("thorough", "fast", "lazy")
 # Bounds on the work one call may ask for (a user's typo must not take hours or all memory): beams as
 # wide as anyone decodes with (the paper used 4; transformers' examples go to 10-50), and answers of
 # at most this many tokens (every openbook generator's context budget is smaller than this).
@@ -263,7 +263,8 @@ class RAG(nn.Module):
         on_step=None,
     ) -> list[Answer]:
         """Answer each question with provenance: passages, p(z|x), p(z|x,y) and (RAG-Token) per-token
-        document posteriors. RAG-Sequence uses Thorough or Fast decoding (``decoding``). ``num_beams=1``
+        document posteriors. RAG-Sequence uses Thorough, Fast or Lazy decoding (``decoding``; Lazy gives Fast's
+        answer from only the documents that decide it, and no posterior for the others). ``num_beams=1``
         is greedy search; ``n_best > 1`` also returns the next-best hypotheses as ``alternatives``;
         ``length_penalty``, ``min_new_tokens`` and ``early_stopping`` mean what they mean in transformers.
         ``on_step(position, tokens (B,))`` sees each token as it is chosen, for RAG-Token greedy search only
@@ -271,11 +272,13 @@ class RAG(nn.Module):
         check_decoding_options(decoding, num_beams, max_new_tokens, min_new_tokens, length_penalty, n_best)
         questions = check_questions(questions)
         retrieval = self.retrieve(questions, k)
-        memory = self.generator.encode(self.generator.contexts(questions, retrieval.passages))
         cfg = beam_config_for(self.generator, num_beams=num_beams, max_length=max_new_tokens + 1,
                               min_length=min_new_tokens + 1 if min_new_tokens else 0,
                               length_penalty=length_penalty, num_return_sequences=n_best,
                               early_stopping=early_stopping)
+        if self.model_type == "rag-sequence" and decoding == "lazy":
+            return self._ask_lazy(questions, retrieval, cfg, max_new_tokens)
+        memory = self.generator.encode(self.generator.contexts(questions, retrieval.passages))
         prior = retrieval.doc_logprobs
         if self.model_type == "rag-token":
             decoded = rag_token_decode(self.generator, memory, prior, cfg, on_step=on_step)
@@ -285,6 +288,24 @@ class RAG(nn.Module):
                                 None if decoded.doc_seq_logprobs is None else decoded.doc_seq_logprobs[:, 0])
         for b, answer in enumerate(answers):
             answer.alternatives = answer_texts(self.generator, decoded.tokens[b, 1:], max_new_tokens)[0]
+        return answers
+
+    def _ask_lazy(self, questions, retrieval, cfg, max_new_tokens: int) -> list[Answer]:
+        """RAG-Sequence with Lazy decoding (:func:`rag_sequence_decode_lazy`): Fast decoding's answer, from the
+        prompts of only the documents needed to settle it; the others get no posterior (``None``)."""
+        def encode(inputs: torch.Tensor, start: int, stop: int) -> Memory:
+            rows = inputs.tolist()
+            return self.generator.encode(self.generator.contexts(
+                [questions[i] for i in rows], [retrieval.passages[i][start:stop] for i in rows]))
+
+        decoded = rag_sequence_decode_lazy(self.generator, encode, retrieval.doc_logprobs, cfg)
+        answers = self._answers(questions, retrieval, None, decoded.tokens[:, 0], max_new_tokens,
+                                decoded.doc_seq_logprobs[:, 0])
+        for b, answer in enumerate(answers):
+            answer.alternatives = answer_texts(self.generator, decoded.tokens[b, 1:], max_new_tokens)[0]
+            for passage, was_read in zip(answer.passages, decoded.docs_read[b].tolist()):
+                if not was_read:
+                    passage.posterior = None
         return answers
 
     def label_logprobs(self, questions: Sequence[str], labels: Sequence[str], k: int | None = None) -> torch.Tensor:

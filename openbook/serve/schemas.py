@@ -20,7 +20,7 @@ MAX_EDIT = 256  # passages (or ids) in one admin edit
 MAX_TEXT = 20_000  # characters of one passage's text or title
 
 Model = Literal["rag-sequence", "rag-token"]
-Decoding = Literal["fast", "thorough"]
+Decoding = Literal["fast", "thorough", "lazy"]
 RetrieverName = Literal["dense", "bm25", "hybrid"]
 
 
@@ -50,7 +50,8 @@ class AskRequest(Strict):
     question: Questions = Field(description=f"one question, or a list of at most {MAX_QUESTIONS}")
     k: int = Field(5, ge=1, le=MAX_K, description="passages retrieved per question")
     model: Model | None = Field(None, description="rag-sequence or rag-token (null: the server's model)")
-    decoding: Decoding = Field("fast", description="RAG-Sequence decoding: fast or thorough")
+    decoding: Decoding = Field("fast", description="RAG-Sequence decoding: fast, thorough or lazy (fast's answer "
+                               "from only the passages that decide it; no posterior for the others)")
     beams: int = Field(1, ge=1, le=MAX_BEAMS, description="beam size; 1 is greedy search")
     max_new_tokens: int = Field(16, ge=1, le=MAX_NEW_TOKENS, description="longest answer, in generator tokens")
     retriever: RetrieverName = Field("dense", description="dense (MIPS), bm25 or hybrid")
