@@ -3,8 +3,8 @@
 
 Usage: python scripts/compare_reports.py A/report.json B/report.json [--metric exact_match]
        (a report from git: git show REV:docs/models/default/nq-bf16/report.json > /tmp/a.json)
-Prints both scores, McNemar's exact test (for right/wrong metrics) and a paired bootstrap of B - A, then one
-JSON line.
+Prints both scores, how many predictions are the same string, McNemar's exact test (for right/wrong metrics)
+and a paired bootstrap of B - A, then one JSON line.
 """
 
 from __future__ import annotations
@@ -32,11 +32,13 @@ def main(argv=None) -> None:
     a, b = ([r["scores"][args.metric] for r in rows] for rows in reports)
     binary = all(v in (0, 1) for v in a + b)  # McNemar needs right/wrong; Q-BLEU, F1 ... get the bootstrap only
     test, boot = (mcnemar(a, b) if binary else None), paired_bootstrap(b, a)
-    print(f"{args.metric}: A {sum(a) / len(a):.4f}  B {sum(b) / len(b):.4f}  (n={len(a)})")
+    same = sum(x.get("prediction") == y.get("prediction") for x, y in zip(*reports))
+    print(f"{args.metric}: A {sum(a) / len(a):.4f}  B {sum(b) / len(b):.4f}  (n={len(a)}, same prediction {same})")
     if test:
         print(f"McNemar: A only {test.a_only}, B only {test.b_only}, p={test.p_value:.4f}")
     print(f"bootstrap B-A: {boot.diff:+.4f}, 95% CI [{boot.ci95[0]:+.4f}, {boot.ci95[1]:+.4f}], p={boot.p_value:.4f}")
-    print(json.dumps({"metric": args.metric, "n": len(a), "a": sum(a) / len(a), "b": sum(b) / len(b),
+    print(json.dumps({"metric": args.metric, "n": len(a), "same_predictions": same,
+                      "a": sum(a) / len(a), "b": sum(b) / len(b),
                       "mcnemar_p": test.p_value if test else None, "diff": boot.diff, "ci95": list(boot.ci95),
                       "bootstrap_p": boot.p_value}))
 

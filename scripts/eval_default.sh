@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The scores of the shipped default model (docs/models/default.md), every one on data it was never trained
-# on (the held-out fifths written by scripts/split_qa_data.py), with `openbook ask`'s decoding settings
-# (greedy, Fast decoding, 16 new tokens) unless a step says otherwise. Reports go to docs/models/default/.
+# on (the held-out fifths written by scripts/split_qa_data.py), with `openbook ask`'s decoding settings (greedy,
+# 16 new tokens) but Fast decoding instead of Lazy, which settles on Fast's answers (step nq-lazy), so that every
+# passage gets its posterior, unless a step says otherwise. Reports go to docs/models/default/.
 #
 #   scripts/eval_default.sh             # every step below, one after another
 #   scripts/eval_default.sh nq-fp32 ... # or some steps by name
@@ -22,6 +23,9 @@ nq-qmark()    { $PY -c 'import json,sys; [print(json.dumps({**r, "question": r["
                     for r in map(json.loads, open(sys.argv[1]))]' runs/data/nq-dev.jsonl > runs/data/nq-dev-qmark.jsonl
                 timed nq-qmark $OB eval --task nq --data runs/data/nq-dev-qmark.jsonl $ASK --dtype float32 \
                     --out $OUT/nq-qmark --json; }  # the NQ fifth with a question mark after every question
+nq-lazy()     { timed nq-lazy $OB eval --task nq --data runs/data/nq-dev.jsonl ${ASK/fast/lazy} --dtype float32 \
+                    --out $OUT/nq-lazy --json  # Lazy decoding (openbook ask's default): Fast's answers, fewer passages
+                $PY scripts/compare_reports.py $OUT/nq-fp32/report.json $OUT/nq-lazy/report.json | tee $OUT/nq-lazy/compare.txt; }
 nq-int8()     { timed nq-int8 $OB eval --task nq --data runs/data/nq-dev.jsonl $ASK --dtype int8 --out $OUT/nq-int8 --json; }
 hot-swap()    { timed hot-swap $OB experiments hot-swap --leaders "$LEADERS" --k 5 --beams 1 --max-new-tokens 16 \
                     --out $OUT/hot-swap --json; }

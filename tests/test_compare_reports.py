@@ -12,13 +12,15 @@ import pytest
 SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "compare_reports.py"
 
 
-def compare(tmp_path, capsys, a: list, b: list, metric: str) -> dict:
+def compare(tmp_path, capsys, a: list, b: list, metric: str, predictions: tuple[list, list] | None = None) -> dict:
     spec = importlib.util.spec_from_file_location("compare_reports", SCRIPT)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     files = []
-    for name, values in (("a", a), ("b", b)):
-        rows = [{"input": f"q{i}", "scores": {metric: v}} for i, v in enumerate(values)]
+    predictions = predictions or ([f"p{i}" for i in range(len(a))], [f"p{i}" for i in range(len(b))])
+    for name, values, said in (("a", a, predictions[0]), ("b", b, predictions[1])):
+        rows = [{"input": f"q{i}", "prediction": p, "scores": {metric: v}}
+                for i, (v, p) in enumerate(zip(values, said))]
         files.append(tmp_path / f"{name}.json")
         files[-1].write_text(json.dumps({"predictions": rows}))
     module.main([str(files[0]), str(files[1]), "--metric", metric])
@@ -37,3 +39,8 @@ def test_continuous_metrics_get_the_bootstrap_only(tmp_path, capsys):
     assert result["mcnemar_p"] is None
     assert result["diff"] == pytest.approx(0.1)
     assert result["ci95"][0] == pytest.approx(0.1) and result["ci95"][1] == pytest.approx(0.1)  # every pair +0.1
+
+
+def test_same_predictions_are_counted(tmp_path, capsys):
+    result = compare(tmp_path, capsys, [1, 0, 1], [1, 0, 1], "exact_match", (["x", "y", "z"], ["x", "w", "z"]))
+    assert result["same_predictions"] == 2 and result["diff"] == 0

@@ -14,8 +14,7 @@ from __future__ import annotations
 
 import torch
 
-import openbook.rag.decoding as decoding
-from openbook.rag.decoding import _fast_doc_logprobs, _first_occurrence, _settled
+from openbook.rag.decoding import _fast_doc_logprobs, _first_occurrence, _first_reads, _settled
 from openbook.rag.decoding import beam_config_for, rag_sequence_decode, rag_sequence_decode_lazy
 
 
@@ -94,11 +93,10 @@ def _tiny_case(seed: int, sharpness: float, B: int = 3, K: int = 4):
 def _lazy(generator, questions, passages, prior, cfg):
     calls = []
 
-    def encode(inputs, start, stop):
-        calls.append((inputs.tolist(), start, stop))
-        rows = inputs.tolist()
-        return generator.encode(generator.contexts([questions[i] for i in rows],
-                                                   [passages[i][start:stop] for i in rows]))
+    def encode(pairs):
+        calls.append(pairs)
+        return generator.encode(generator.contexts([questions[b] for b, _ in pairs],
+                                                   [[passages[b][j]] for b, j in pairs]))
 
     return rag_sequence_decode_lazy(generator, encode, prior, cfg), calls
 
@@ -113,11 +111,13 @@ def test_lazy_answers_equal_fast_decoding_over_every_document():
                 memory = generator.encode(generator.contexts(questions, passages))
                 fast = rag_sequence_decode(generator, memory, prior, cfg, "fast")
                 lazy, calls = _lazy(generator, questions, passages, prior, cfg)
-                assert calls[0] == ([0, 1, 2], 0, 1)  # the top document of every input first
+                first = _first_reads(prior)
+                assert calls[0] == [tuple(p) for p in first.nonzero().tolist()]  # each input's best documents first
                 assert torch.equal(lazy.tokens, fast.tokens), (seed, sharpness, beams)
                 reads = lazy.docs_read.sum(-1)
-                assert bool(lazy.docs_read[:, 0].all()) and set(reads.tolist()) <= {1, prior.shape[1]}
-                early += int((reads == 1).sum())
+                stopped = (lazy.docs_read == first).all(-1)
+                assert bool((stopped | lazy.docs_read.all(-1)).all())  # after the first stage, or all read
+                early += int((stopped & (reads < prior.shape[1])).sum())
                 everything = reads == prior.shape[1]
                 full_reads += int(everything.sum())
                 # every document read: the same sums of the same per-document log-likelihoods as Fast's, to
@@ -141,7 +141,7 @@ def test_more_than_one_returned_sequence_reads_every_document():
     assert torch.equal(lazy.tokens, fast.tokens)
 
 
-def test_rag_ask_lazy_gives_fast_answers_and_no_posterior_for_unread_passages(tmp_path, monkeypatch):
+def test_rag_ask_lazy_gives_fast_answers_and_no_posterior_for_unread_passages(tmp_path):
     from openbook.rag import RAG
     from openbook.rag.assemble import build_knowledge_base
     from test_causal_generator import make_generator
@@ -159,6 +159,10 @@ def test_rag_ask_lazy_gives_fast_answers_and_no_posterior_for_unread_passages(tm
             assert [p.id for p in lz.passages] == [p.id for p in f.passages]
             assert sum(p.posterior is not None for p in lz.passages) == reads
             assert all(p.posterior is not None for p in lz.passages[:reads])
-    monkeypatch.setattr(decoding, "LAZY_FIRST_STAGE", 2)  # the first stage's size is a setting, not a shape
-    lazy = rag.ask(questions, num_beams=1, decoding="lazy", max_new_tokens=6)
-    assert [x.answer for x in lazy] == [x.answer for x in fast]
+
+
+def test_the_first_stage_reads_the_fewest_best_documents_past_half_the_mass():
+    prior = torch.tensor([[0.1, 0.6, 0.3], [0.3, 0.3, 0.4], [0.2, 0.2, 0.6], [0.25, 0.25, 0.5]]).log()
+    # one document of 0.6 can settle; 0.4 cannot, 0.4 + 0.3 can; 0.25 + 0.5 = 0.75 can, 0.5 alone cannot
+    assert _first_reads(prior).tolist() == [[False, True, False], [True, False, True], [False, False, True],
+                                            [True, False, True]]

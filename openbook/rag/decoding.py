@@ -153,9 +153,6 @@ def _best(cands, keep, doc_ll, doc_logprobs, cfg: BeamConfig, pad: int, docs_rea
     return Decoded(tokens[..., :width], pick(scores[..., None])[..., 0], pick(doc_ll), docs_read)
 
 
-# Lazy decoding reads the top document first, then all the others: each stage costs a prefill and a
-# decoding pass, and the top document alone settles most answers of a trained model (its p(z|x) is peaked).
-LAZY_FIRST_STAGE = 1
 # Lazy decoding stops only when the best answer leads by this fraction of its probability more than the
 # unread documents could add: far above float32 rounding, so the stop never turns on a rounding error.
 LAZY_MARGIN = 1e-4
@@ -175,39 +172,51 @@ def _settled(keep, doc_ll, doc_logprobs, read) -> torch.Tensor:
     return (s1 - s2 - unread) > LAZY_MARGIN * s1
 
 
+def _first_reads(doc_logprobs: torch.Tensor) -> torch.Tensor:
+    """``(B, K)`` bool: the fewest best documents of each input whose p(z|x) sums past 1/2.
+
+    An answer read from documents of mass ``m`` has probability at most ``m``, and the unread ones may add
+    ``1 - m`` to another: no fewer documents can settle it (:func:`_settled`)."""
+    probs = doc_logprobs.double().exp()
+    order = probs.argsort(dim=-1, descending=True, stable=True)
+    before = probs.gather(-1, order).cumsum(-1) - probs.gather(-1, order)  # mass of the better documents
+    first = torch.zeros_like(probs, dtype=torch.bool)
+    return first.scatter(-1, order, before <= 0.5)
+
+
 def rag_sequence_decode_lazy(generator: Generator, encode, doc_logprobs: torch.Tensor, cfg: BeamConfig) -> Decoded:
     """Fast decoding's best answer, reading documents in order of p(z|x) only until it is settled.
 
-    ``encode(inputs (n,), start, stop)`` returns the generator's :class:`Memory` of documents
-    ``start..stop-1`` of those inputs (rows input-major); ``doc_logprobs (B, K)`` is sorted best first, as
-    retrieval returns it. The first stage reads the top document of every input, the second the rest of
-    the inputs that :func:`_settled` does not settle. The chosen answer is the one Fast decoding over all
-    K documents chooses (for ``num_return_sequences == 1``; more return sequences read every document);
-    ``scores`` and ``doc_seq_logprobs`` count the documents read (``docs_read``), -inf for the others."""
+    ``encode(pairs)`` returns the generator's :class:`Memory` of one row per ``(input, document)`` pair of
+    the list ``pairs``, in its order. The first stage reads each input's best documents until their p(z|x)
+    passes 1/2 (:func:`_first_reads`: one document for a trained retriever's peaked p(z|x)), the second the
+    rest of the inputs that :func:`_settled` does not settle: two prefills and decoding passes at most. The
+    chosen answer is the one Fast decoding over all K documents chooses (for ``num_return_sequences == 1``;
+    more return sequences read every document); ``scores`` and ``doc_seq_logprobs`` count the documents read
+    (``docs_read``), -inf for the others."""
     B, K = doc_logprobs.shape
     nb = cfg.num_beams
     device = doc_logprobs.device
     seqs = torch.full((B, K, nb, 1), -1, dtype=torch.long, device=device)  # -1: equals no generated answer
     raw = torch.full((B, K, nb), -float("inf"), device=device)
     read = torch.zeros((B, K), dtype=torch.bool, device=device)
-    todo = torch.arange(B, device=device)
-    for start, stop in ((0, min(LAZY_FIRST_STAGE, K)), (min(LAZY_FIRST_STAGE, K), K)):
-        if stop <= start or todo.numel() == 0:
+    todo = torch.ones(B, dtype=torch.bool, device=device)
+    for stage in (_first_reads(doc_logprobs), torch.ones_like(read)):
+        b_idx, k_idx = (stage & ~read & todo[:, None]).nonzero(as_tuple=True)
+        if b_idx.numel() == 0:
             continue
-        memory = encode(todo, start, stop)
-        beams = _per_doc_beams(generator, memory, todo.numel() * (stop - start), replace(cfg, num_return_sequences=nb))
-        out = beams.sequences.view(todo.numel(), stop - start, nb, -1)
-        width = max(seqs.shape[-1], out.shape[-1])
+        memory = encode(list(zip(b_idx.tolist(), k_idx.tolist())))
+        beams = _per_doc_beams(generator, memory, b_idx.numel(), replace(cfg, num_return_sequences=nb))
+        width = max(seqs.shape[-1], beams.sequences.shape[-1])
         seqs = _pad_to(seqs, width, generator.pad_token_id)
-        seqs[todo, start:stop] = _pad_to(out, width, generator.pad_token_id)
-        raw[todo, start:stop] = beams.raw_logprobs.view(todo.numel(), stop - start, nb).to(raw.dtype)
-        read[todo, start:stop] = True
+        seqs[b_idx, k_idx] = _pad_to(beams.sequences, width, generator.pad_token_id)
+        raw[b_idx, k_idx] = beams.raw_logprobs.to(raw.dtype)
+        read[b_idx, k_idx] = True
         cands = seqs.view(B, K * nb, -1)
         same, keep = _first_occurrence(cands)
         doc_ll = _fast_doc_logprobs(raw.view(B, K * nb), same, K, nb)
         if cfg.num_return_sequences == 1:
-            settled = _settled(keep[todo], doc_ll[todo], doc_logprobs[todo], read[todo])
-            todo = todo[~settled]
+            todo &= ~_settled(keep, doc_ll, doc_logprobs, read)
     return _best(cands, keep, doc_ll, doc_logprobs, cfg, generator.pad_token_id, read)
 
 

@@ -293,10 +293,9 @@ class RAG(nn.Module):
     def _ask_lazy(self, questions, retrieval, cfg, max_new_tokens: int) -> list[Answer]:
         """RAG-Sequence with Lazy decoding (:func:`rag_sequence_decode_lazy`): Fast decoding's answer, from the
         prompts of only the documents needed to settle it; the others get no posterior (``None``)."""
-        def encode(inputs: torch.Tensor, start: int, stop: int) -> Memory:
-            rows = inputs.tolist()
+        def encode(pairs: list[tuple[int, int]]) -> Memory:  # one prompt per (question, passage)
             return self.generator.encode(self.generator.contexts(
-                [questions[i] for i in rows], [retrieval.passages[i][start:stop] for i in rows]))
+                [questions[b] for b, _ in pairs], [[retrieval.passages[b][j]] for b, j in pairs]))
 
         decoded = rag_sequence_decode_lazy(self.generator, encode, retrieval.doc_logprobs, cfg)
         answers = self._answers(questions, retrieval, None, decoded.tokens[:, 0], max_new_tokens,
