@@ -85,7 +85,7 @@ def test_the_server_gets_the_model_options_and_the_batch_cap(bench):
                                        "--dtype", "auto", "--untrained"]
     flags = bench.serve_flags(args, 1)
     assert flags[-6:] == ["--max-batch-size", "1", "--timeout-s", "9.0", "--max-wait-ms", "2.0"]
-    assert bench.ask_body(bench.ask_settings(3)[0]) == {"k": 3, "beams": 1, "decoding": "fast", "max_new_tokens": 16}
+    assert bench.ask_body(bench.ask_settings(3)[0]) == {"k": 3, "beams": 1, "decoding": "lazy", "max_new_tokens": 16}
     with pytest.raises(SystemExit):
         bench.parse_args(["--seconds", "0"])
 
@@ -212,3 +212,21 @@ def test_the_offline_bound_runs_in_a_fresh_process_of_this_script(bench, monkeyp
     with pytest.raises(SystemExit, match=r"offline bound failed \(1\)") as failed:
         bench.offline_in_fresh_process([], 8)
     assert "boom" in str(failed.value)
+
+
+def test_the_offline_bound_runs_whole_passes_over_the_questions(bench, monkeypatch):
+    import argparse
+
+    from openbook.commands import options
+
+    calls = []
+
+    class Counting:
+        def ask(self, questions, **settings):
+            calls.append(list(questions))
+            return questions
+
+    monkeypatch.setattr(options, "load_model", lambda args: Counting())
+    bench.offline_qps(argparse.Namespace(seconds=0.0), [f"q{i}" for i in range(5)], (2,), {})
+    # an untimed warm-up, then one whole pass even though the time is up at once: every question as often
+    assert calls == [["q0", "q1"], ["q0", "q1"], ["q2", "q3"], ["q4", "q0"]]
