@@ -5,6 +5,7 @@ Everything runs on a tiny random Llama and a word-level tokenizer built here (no
 
 from __future__ import annotations
 
+import inspect
 import json
 import os
 from dataclasses import dataclass
@@ -408,3 +409,26 @@ def test_a_run_records_its_prompt_and_is_prompted_that_way_again(tmp_path):
     spec_path.write_text(json.dumps(spec))
     with pytest.raises(InputError, match="run.json.*must contain the field"):
         load_run(run)
+
+
+def test_the_cache_goes_by_the_name_the_model_takes_it_under():
+    """transformers 5 renamed ``past_key_values`` to ``cache`` and warns at every call that uses the old name;
+    openbook passes whichever name the model's forward has, so answering warns nothing."""
+    import warnings
+
+    from openbook.models.generators import Seq2SeqGenerator, cache_argument
+    from tiny import bart_tokenizer, tiny_bart
+
+    causal = make_generator()
+    tok = bart_tokenizer()
+    seq2seq = Seq2SeqGenerator(tiny_bart(vocab_size=len(tok), seed=3), tok)
+    for generator in (causal, seq2seq):
+        assert cache_argument(generator.model) in inspect.signature(generator.model.forward).parameters
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            memory = generator.encode(generator.contexts(QUESTIONS, PASSAGES))
+            state = generator.begin(memory, torch.arange(4))
+            for _ in range(3):
+                state.step(torch.full((4,), generator.start_token_id))
+            generator.target_token_logprobs(memory, torch.arange(4), torch.full((4, 3), 5), torch.full((4,), 3))
+        assert not [w for w in caught if "past_key_values" in str(w.message)]

@@ -32,7 +32,15 @@ from torch import nn
 from transformers import Cache, DynamicCache
 
 from openbook.models.budget import cut_points, fit_questions
-from openbook.models.generators import Contexts, Generator, Memory, PassageLike, regroup_rows
+from openbook.models.generators import (
+    Contexts,
+    Generator,
+    Memory,
+    PassageLike,
+    cache_argument,
+    output_cache,
+    regroup_rows,
+)
 
 __all__ = [
     "DEFAULT_CHAT_PROMPT",
@@ -155,6 +163,7 @@ class CausalLMGenerator(Generator):
         self._prefix_ids = [] if self.use_chat_template else self._leading_special_ids()
         self.set_prompt(prompt_template, system_prompt)
         self._logits_to_keep = "logits_to_keep" in inspect.signature(model.forward).parameters
+        self._cache_argument = cache_argument(model)
         # Whether the model's cache layers hold only keys and values: then prompts can be prefilled in length
         # groups and their caches merged (sliding-window layers keep more state).
         self._plain_cache = _plain_cache_layers(model)
@@ -318,12 +327,12 @@ class CausalLMGenerator(Generator):
             input_ids=input_ids,
             attention_mask=attention_mask,
             position_ids=position_ids,
-            past_key_values=cache,
+            **{self._cache_argument: cache},
             use_cache=True,
             return_dict=True,
             **kwargs,
         )
-        return out.logits, out.past_key_values
+        return out.logits, output_cache(out)
 
     def encode(self, contexts: Contexts) -> Memory:
         """Prefill every prompt once: ``extra = {"cache", "last_logits" (N, V), "lengths" (N,)}``.

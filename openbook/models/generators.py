@@ -19,17 +19,30 @@ decoder exactly as transformers' RAG does.
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
 import torch
 from torch import nn
-from transformers import DynamicCache, EncoderDecoderCache
+from transformers import Cache, DynamicCache, EncoderDecoderCache
 
 from openbook.models.budget import fit_questions
 from openbook.models.device import module_device
 from openbook.models.encoders import PassageLike
+
+
+def cache_argument(model: nn.Module) -> str:
+    """The name under which ``model.forward`` takes its key/value cache: ``cache`` in recent transformers 5
+    releases (which warn at every call that names it ``past_key_values``), ``past_key_values`` before."""
+    return "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
+
+
+def output_cache(out) -> Cache:
+    """The key/value cache of a model output, under either of its names (:func:`cache_argument`)."""
+    fields = getattr(type(out), "__dataclass_fields__", {})
+    return out.cache if "cache" in fields else out.past_key_values
 
 
 @dataclass
@@ -338,7 +351,7 @@ class Seq2SeqGenerator(Generator):
             encoder_outputs=(memory.hidden.index_select(0, rows),),
             attention_mask=memory.attention_mask.index_select(0, rows),
             decoder_input_ids=targets[:, :-1],
-            past_key_values=rows_cache,
+            **{cache_argument(self.model): rows_cache},
             use_cache=True,
             return_dict=True,
         ).logits
@@ -385,11 +398,11 @@ class Seq2SeqDecodeState:
             encoder_outputs=(self.hidden,),
             attention_mask=self.attention_mask,
             decoder_input_ids=tokens[:, None],
-            past_key_values=self.cache,
+            **{cache_argument(self.model): self.cache},
             use_cache=True,
             return_dict=True,
         )
-        self.cache = out.past_key_values
+        self.cache = output_cache(out)
         return out.logits[:, -1, :].float()
 
     def reorder(self, index: torch.Tensor) -> None:
