@@ -14,8 +14,15 @@ from __future__ import annotations
 
 import torch
 
-from openbook.rag.decoding import _fast_doc_logprobs, _first_occurrence, _first_reads, _settled
-from openbook.rag.decoding import beam_config_for, rag_sequence_decode, rag_sequence_decode_lazy
+from openbook.rag.decoding import (
+    _fast_doc_logprobs,
+    _first_occurrence,
+    _first_reads,
+    _settled,
+    beam_config_for,
+    rag_sequence_decode,
+    rag_sequence_decode_lazy,
+)
 
 
 def _synthetic(gen: torch.Generator, B: int, K: int, n_answers: int):
