@@ -12,7 +12,7 @@ OB=${OB:-.venv/bin/openbook}
 PY=${PY:-.venv/bin/python}
 OUT=docs/models/default
 LEADERS=${LEADERS:-../shared/data/wikidata-leaders-history.csv}
-ASK="--beams 1 --decoding fast --max-new-tokens 16"
+ASK=${ASK:-"--beams 1 --decoding fast --max-new-tokens 16"}  # ASK="... --decoding lazy ...": the same answers, sooner
 DTYPE=${DTYPE:-float32}  # of the steps below that do not name theirs (bfloat16 only where the CPU has it natively)
 timed() { name=$1; shift; echo "== $*" >&2; /usr/bin/time -f "$name: %e s wall, %U s user" "$@"; }
 

@@ -276,36 +276,30 @@ class RAG(nn.Module):
                               min_length=min_new_tokens + 1 if min_new_tokens else 0,
                               length_penalty=length_penalty, num_return_sequences=n_best,
                               early_stopping=early_stopping)
+        prior, memory = retrieval.doc_logprobs, None
         if self.model_type == "rag-sequence" and decoding == "lazy":
-            return self._ask_lazy(questions, retrieval, cfg, max_new_tokens)
-        memory = self.generator.encode(self.generator.contexts(questions, retrieval.passages))
-        prior = retrieval.doc_logprobs
-        if self.model_type == "rag-token":
-            decoded = rag_token_decode(self.generator, memory, prior, cfg, on_step=on_step)
+            decoded = rag_sequence_decode_lazy(self.generator, self._pair_encoder(questions, retrieval), prior, cfg)
         else:
-            decoded = rag_sequence_decode(self.generator, memory, prior, cfg, decoding)
+            memory = self.generator.encode(self.generator.contexts(questions, retrieval.passages))
+            if self.model_type == "rag-token":
+                decoded = rag_token_decode(self.generator, memory, prior, cfg, on_step=on_step)
+            else:
+                decoded = rag_sequence_decode(self.generator, memory, prior, cfg, decoding)
         answers = self._answers(questions, retrieval, memory, decoded.tokens[:, 0], max_new_tokens,
                                 None if decoded.doc_seq_logprobs is None else decoded.doc_seq_logprobs[:, 0])
         for b, answer in enumerate(answers):
             answer.alternatives = answer_texts(self.generator, decoded.tokens[b, 1:], max_new_tokens)[0]
+            if decoded.docs_read is not None:  # Lazy decoding: an unread passage has no posterior
+                for passage, was_read in zip(answer.passages, decoded.docs_read[b].tolist()):
+                    passage.posterior = passage.posterior if was_read else None
         return answers
 
-    def _ask_lazy(self, questions, retrieval, cfg, max_new_tokens: int) -> list[Answer]:
-        """RAG-Sequence with Lazy decoding (:func:`rag_sequence_decode_lazy`): Fast decoding's answer, from the
-        prompts of only the documents needed to settle it; the others get no posterior (``None``)."""
-        def encode(pairs: list[tuple[int, int]]) -> Memory:  # one prompt per (question, passage)
+    def _pair_encoder(self, questions, retrieval):
+        """For Lazy decoding: ``encode(pairs)``, the generator's memory of one prompt per (question, passage)."""
+        def encode(pairs: list[tuple[int, int]]) -> Memory:
             return self.generator.encode(self.generator.contexts(
                 [questions[b] for b, _ in pairs], [[retrieval.passages[b][j]] for b, j in pairs]))
-
-        decoded = rag_sequence_decode_lazy(self.generator, encode, retrieval.doc_logprobs, cfg)
-        answers = self._answers(questions, retrieval, None, decoded.tokens[:, 0], max_new_tokens,
-                                decoded.doc_seq_logprobs[:, 0])
-        for b, answer in enumerate(answers):
-            answer.alternatives = answer_texts(self.generator, decoded.tokens[b, 1:], max_new_tokens)[0]
-            for passage, was_read in zip(answer.passages, decoded.docs_read[b].tolist()):
-                if not was_read:
-                    passage.posterior = None
-        return answers
+        return encode
 
     def label_logprobs(self, questions: Sequence[str], labels: Sequence[str], k: int | None = None) -> torch.Tensor:
         """log p(y|x) of each one-token label y under the RAG marginal -> ``(B, L)`` (classification).
