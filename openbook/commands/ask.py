@@ -41,7 +41,8 @@ def register(subparsers) -> None:
             '  openbook ask "Who wrote Hamlet?" --model rag-token --k 10 --json\n'
             "  openbook ask --file questions.txt --json > answers.jsonl\n\n"
             "defaults: greedy search, Lazy decoding (Fast decoding's answer, reading passages only until it is\n"
-            "settled), 16 new tokens, bfloat16 where the CPU computes it natively (quick short answers). The paper's decoding, as `openbook eval` uses by default:\n"
+            "settled), 16 new tokens, bfloat16 where the CPU computes it natively (quick short answers).\n"
+            "The paper's decoding, as `openbook eval` uses by default:\n"
             f"  openbook ask \"Who wrote Hamlet?\" {PAPER_FLAGS}"
         ),
     )
