@@ -398,8 +398,8 @@ def offline_qps(args, questions: list[str], batch_sizes: tuple[int, ...], settin
     return rates
 
 
-def offline_in_fresh_process(argv: list[str], batch_size: int) -> dict[int, float]:
-    """:func:`offline_qps` for ``(batch_size, 1)`` run by this script with ``--offline-only`` in a new process,
+def offline_in_fresh_process(argv: list[str]) -> dict[int, float]:
+    """:func:`offline_qps` for ``(--max-batch-size, 1)`` run by this script with ``--offline-only`` in a new process,
     as the server runs in one; its last stdout line is the rates."""
     command = [sys.executable, str(Path(__file__).resolve()), *argv, "--offline-only"]
     path = os.pathsep.join(filter(None, (str(REPO), os.environ.get("PYTHONPATH"))))
@@ -495,7 +495,7 @@ def main(argv=None) -> None:
         with Server(serve_flags(args, 1), log, args.startup_timeout) as server:
             warm(server)
             run(server, f"c{TOP}_unbatched", TOP, questions)
-    rates = offline_in_fresh_process(argv if argv is not None else sys.argv[1:], args.max_batch_size)
+    rates = offline_in_fresh_process(argv if argv is not None else sys.argv[1:])
     bound, single = rates[args.max_batch_size], rates[1]
     print(f"offline rag.ask in batches of {args.max_batch_size}: {bound} answers/s; one at a time: {single}", flush=True)
     result = result_line(levels, offline_qps=bound, swaps=swaps["swaps"], swap_errors=swaps["swap_errors"],

@@ -204,13 +204,13 @@ def test_the_offline_bound_runs_in_a_fresh_process_of_this_script(bench, monkeyp
         return sp.CompletedProcess(command, 0, stdout='versions: ...\n{"8": 0.66, "1": 0.51}\n', stderr="")
 
     monkeypatch.setattr(bench.subprocess, "run", run)
-    rates = bench.offline_in_fresh_process(["--k", "2", "--seconds", "5"], 8)
+    rates = bench.offline_in_fresh_process(["--k", "2", "--seconds", "5"])
     assert rates == {8: 0.66, 1: 0.51}
     assert seen["command"][1].endswith("serve_load.py") and seen["command"][2:] == ["--k", "2", "--seconds", "5",
                                                                                    "--offline-only"]
     monkeypatch.setattr(bench.subprocess, "run", lambda command, **kw: sp.CompletedProcess(command, 1, "", "boom"))
     with pytest.raises(SystemExit, match=r"offline bound failed \(1\)") as failed:
-        bench.offline_in_fresh_process([], 8)
+        bench.offline_in_fresh_process([])
     assert "boom" in str(failed.value)
 
 

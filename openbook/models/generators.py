@@ -392,13 +392,14 @@ class Seq2SeqDecodeState:
         self.hidden = hidden
         self.attention_mask = attention_mask
         self.cache = EncoderDecoderCache(DynamicCache(), DynamicCache())
+        self._cache_argument = cache_argument(model)  # once, not at every step
 
     def step(self, tokens: torch.Tensor) -> torch.Tensor:
         out = self.model(
             encoder_outputs=(self.hidden,),
             attention_mask=self.attention_mask,
             decoder_input_ids=tokens[:, None],
-            **{cache_argument(self.model): self.cache},
+            **{self._cache_argument: self.cache},
             use_cache=True,
             return_dict=True,
         )

@@ -138,12 +138,16 @@ def rag_sequence_decode(
     return _best(cands, keep, doc_ll, doc_logprobs, cfg, generator.pad_token_id)
 
 
+def _marginal(keep, doc_ll, doc_logprobs) -> torch.Tensor:
+    """``(B, C)`` log p(y|x) = logsumexp_z(log p(y|x,z) + log p(z|x)) of each candidate, -inf for repeats."""
+    return torch.logsumexp(doc_ll + doc_logprobs[:, None, :], dim=-1).masked_fill(~keep, -float("inf"))
+
+
 def _best(cands, keep, doc_ll, doc_logprobs, cfg: BeamConfig, pad: int, docs_read=None) -> Decoded:
-    """The ``num_return_sequences`` best candidates by log p(y|x) = logsumexp_z(log p(y|x,z) + log p(z|x))."""
+    """The ``num_return_sequences`` best candidates by log p(y|x) (:func:`_marginal`)."""
     B, C = keep.shape
     targets = cands[:, :, 1:]
-    scores = torch.logsumexp(doc_ll + doc_logprobs[:, None, :], dim=-1)  # (B, C): log p(y|x)
-    scores = scores.masked_fill(~keep, -float("inf"))
+    scores = _marginal(keep, doc_ll, doc_logprobs)
     R = min(cfg.num_return_sequences, C)
     best = scores.topk(R, dim=1).indices  # (B, R)
     def pick(t):
@@ -164,8 +168,8 @@ def _settled(keep, doc_ll, doc_logprobs, read) -> torch.Tensor:
     An unread document z adds p(z|x) p(y|x,z) <= p(z|x) to at most the candidates of its own beam, so with
     the unread mass ``U = sum p(z|x)`` the best candidate's probability ``s1`` is final as the argmax once
     ``s1 > s2 + U`` (``s2``: the runner-up, 0 if none; a new candidate gets at most ``U``)."""
-    probs = torch.logsumexp(doc_ll + doc_logprobs[:, None, :], dim=-1).masked_fill(~keep, -float("inf"))
-    top = probs.double().exp().topk(min(2, probs.shape[1]), dim=1).values
+    probs = _marginal(keep, doc_ll, doc_logprobs).double().exp()
+    top = probs.topk(min(2, probs.shape[1]), dim=1).values
     s1 = top[:, 0]
     s2 = top[:, 1] if top.shape[1] > 1 else torch.zeros_like(s1)
     unread = doc_logprobs.double().exp().masked_fill(read, 0.0).sum(-1)
