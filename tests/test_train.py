@@ -13,6 +13,7 @@ from openbook.models.generators import Seq2SeqGenerator
 from openbook.rag import RAG
 from openbook.rag.assemble import build_knowledge_base
 from openbook.train import TrainConfig, train
+from openbook.train.trainer import lr_factor
 from test_rag_model import PASSAGES, tiny_encoder
 from tiny import bart_tokenizer, tiny_bart
 
@@ -73,6 +74,46 @@ def test_interrupted_run_resumes_to_the_same_weights(kb, tmp_path):
     assert state.step == 6
     a, b = params(straight), params(resumed)
     assert all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_lr_factor_warms_up_then_falls_linearly_to_zero():
+    assert [lr_factor(s, 6) for s in range(6)] == [1.0] * 6
+    assert [lr_factor(s, 6, "constant", warmup_steps=2) for s in range(4)] == [0.5, 1.0, 1.0, 1.0]
+    assert [lr_factor(s, 4, "linear") for s in range(4)] == [1.0, 0.75, 0.5, 0.25]
+    assert [lr_factor(s, 6, "linear", warmup_steps=2) for s in range(6)] == [0.5, 1.0, 1.0, 0.75, 0.5, 0.25]
+    with pytest.raises(InputError, match="unknown learning-rate schedule 'cosine'"):
+        lr_factor(0, 4, "cosine")
+
+
+def test_linear_schedule_sets_every_steps_rates_and_an_interrupted_run_resumes_onto_them(kb, tmp_path, monkeypatch):
+    import openbook.train.trainer as trainer
+
+    rates = []
+    step = trainer._optimiser_step
+
+    def recording(model, optimizer, *args):
+        rates.append({g["name"]: g["lr"] for g in optimizer.param_groups})
+        return step(model, optimizer, *args)
+
+    monkeypatch.setattr(trainer, "_optimiser_step", recording)
+    cfg = TrainConfig(k=2, max_steps=5, batch_size=2, checkpoint_every=2, lr_generator=1e-3, lr_query_encoder=2e-3,
+                      lr_schedule="linear", warmup_steps=1)
+    straight = make_rag(kb)
+    train(straight, EXAMPLES, cfg, tmp_path / "a", progress=False)
+    assert [r["generator"] for r in rates] == pytest.approx([1e-3, 1e-3, 0.75e-3, 0.5e-3, 0.25e-3], rel=1e-12)
+    assert [r["query_encoder"] for r in rates] == pytest.approx([2e-3, 2e-3, 1.5e-3, 1e-3, 0.5e-3], rel=1e-12)
+    rates.clear()
+    interrupted = make_rag(kb)
+    train(interrupted, EXAMPLES, cfg, tmp_path / "b", progress=False, stop_after=2)  # killed after step 2
+    resumed = make_rag(kb)
+    train(resumed, EXAMPLES, cfg, tmp_path / "b", resume=True, progress=False)
+    assert [r["generator"] for r in rates[2:]] == pytest.approx([0.75e-3, 0.5e-3, 0.25e-3], rel=1e-12)
+    a, b = params(straight), params(resumed)
+    assert all(torch.equal(a[k], b[k]) for k in a)
+    constant = make_rag(kb)
+    train(constant, EXAMPLES, TrainConfig(**{**cfg.__dict__, "lr_schedule": "constant", "warmup_steps": 0}),
+          tmp_path / "c", progress=False)
+    assert any(not torch.equal(a[k], params(constant)[k]) for k in a)  # the schedule changed the weights
 
 
 def test_a_killed_runs_checkpoint_copies_are_removed_and_one_process_trains_a_folder(kb, tmp_path):

@@ -36,6 +36,11 @@ def register(commands) -> None:
     p.add_argument("--grad-accumulation", type=positive_int, default=1)
     p.add_argument("--lr-generator", type=float, default=3e-5)
     p.add_argument("--lr-query-encoder", type=float, default=1e-5)
+    p.add_argument("--lr-schedule", choices=("constant", "linear"), default="constant",  # trainer.LR_SCHEDULES
+                   help="constant, or linear: warm up over --warmup-steps, then fall to zero at the last step "
+                        "(transformers' linear schedule; default: %(default)s)")
+    p.add_argument("--warmup-steps", type=positive_int, metavar="N",
+                   help="steps over which the learning rates rise linearly from 1/N of their value (default: none)")
     p.add_argument("--learn-scale", action="store_true", help="also learn the retrieval score scale")
     p.add_argument("--label-smoothing", type=float, default=0.0)
     p.add_argument("--max-target-length", type=positive_int, default=32, help="longest answer, in tokens (with EOS)")
@@ -164,7 +169,8 @@ def run(args: argparse.Namespace) -> int:
     cfg = TrainConfig(
         k=args.k, epochs=args.epochs, max_steps=args.max_steps, batch_size=args.batch_size,
         grad_accumulation=args.grad_accumulation, lr_generator=args.lr_generator,
-        lr_query_encoder=args.lr_query_encoder, label_smoothing=args.label_smoothing,
+        lr_query_encoder=args.lr_query_encoder, lr_schedule=args.lr_schedule, warmup_steps=args.warmup_steps or 0,
+        label_smoothing=args.label_smoothing,
         max_target_length=args.max_target_length, freeze_retriever=frozen, seed=args.seed,
         checkpoint_every=args.checkpoint_every, eval_every=args.eval_every, mixed_precision=args.mixed_precision,
     )

@@ -49,6 +49,8 @@ class TrainConfig:
     lr_generator: float = 3e-5
     lr_query_encoder: float = 1e-5
     lr_score_scale: float = 1e-2  # only if the model's score scale is learnable
+    lr_schedule: str = "constant"  # or "linear": warm up, then decay to zero at the last step (see lr_factor)
+    warmup_steps: int = 0
     label_smoothing: float = 0.0
     max_target_length: int = 32
     freeze_retriever: bool = False  # the "Frozen" ablation: q(x) is not updated
@@ -77,6 +79,34 @@ def parameter_groups(rag, cfg: TrainConfig) -> list[dict]:
     if getattr(rag, "log_scale", None) is not None and rag.log_scale.requires_grad:
         groups.append({"params": [rag.log_scale], "lr": cfg.lr_score_scale, "name": "score_scale"})
     return groups
+
+
+LR_SCHEDULES = ("constant", "linear")
+
+
+def lr_factor(step: int, total: int, schedule: str = "constant", warmup_steps: int = 0) -> float:
+    """The learning-rate multiplier of optimiser step ``step`` (0-based) of ``total``: a linear warm-up over
+    ``warmup_steps`` steps, then constant or (``linear``, transformers' ``get_linear_schedule_with_warmup``)
+    falling linearly so that the step after the last would have rate zero. A pure function of the step, so a
+    resumed run takes exactly the rates the uninterrupted one takes."""
+    if schedule not in LR_SCHEDULES:
+        raise InputError(f"unknown learning-rate schedule {schedule!r} (choose from {', '.join(LR_SCHEDULES)})")
+    if step < warmup_steps:
+        return (step + 1) / warmup_steps
+    if schedule == "constant":
+        return 1.0
+    return max(0.0, (total - step) / max(1, total - warmup_steps))
+
+
+def _set_learning_rates(optimizer, cfg: TrainConfig, step: int, total: int) -> None:
+    """Each group's rate for this step: its configured rate times :func:`lr_factor` (left alone when the
+    factor is always 1, so a constant-rate run resumes with the rates its checkpoint holds, as before)."""
+    if cfg.lr_schedule == "constant" and not cfg.warmup_steps:
+        return
+    base = {"generator": cfg.lr_generator, "query_encoder": cfg.lr_query_encoder, "score_scale": cfg.lr_score_scale}
+    factor = lr_factor(step, total, cfg.lr_schedule, cfg.warmup_steps)
+    for group in optimizer.param_groups:
+        group["lr"] = base[group["name"]] * factor
 
 
 def _query_encoder(rag):
@@ -233,6 +263,7 @@ def _train(rag, examples, cfg: TrainConfig, out_dir: Path, resume: bool, evaluat
     while state.step < total:
         order = _epoch_order(len(examples), cfg.seed, state.epoch)
         while state.position < len(order) and state.step < total:
+            _set_learning_rates(optimizer, cfg, state.step, total)
             loss_value = _optimiser_step(model, optimizer, examples, order, state, cfg)
             state.step += 1
             taken += 1
