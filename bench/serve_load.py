@@ -36,6 +36,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import math
 import os
 import random
 import signal
@@ -74,6 +75,7 @@ class Phase:
     errors: Counter = field(default_factory=Counter)  # kind -> count
     batch_sizes: list[int] = field(default_factory=list)  # the server's batch of each answer
     answers: list[tuple] = field(default_factory=list)  # (kb name, kb version, passage ids) of each answer
+    compute_s: list[float] = field(default_factory=list)  # the server's compute time of each answer's batch
 
 
 def latency_ms(latencies: list[float]) -> dict:
@@ -101,11 +103,20 @@ def steady_qps(ends: list[float], batch_sizes: list[int], seconds: float) -> flo
     return later / span if later > 0 and span > 0 else None
 
 
+def compute_qps(compute_s: list[float], batch_sizes: list[int]) -> float | None:
+    """Answers per second of the server's model while it computed: the answers over the compute time of their
+    batches, as the server reports it (``timings.compute_ms``), each batch's time shared by its answers. Against
+    the offline bound this separates a slower model (threads or questions) from time the model sat idle."""
+    busy = sum(seconds / size for seconds, size in zip(compute_s, batch_sizes))
+    return round(len(compute_s) / busy, 3) if busy > 0 else None
+
+
 def phase_figures(phase: Phase, concurrency: int) -> dict:
     steady = steady_qps(phase.ends, phase.batch_sizes, phase.seconds)
     window = phase.in_window / phase.seconds
     return {"concurrency": concurrency, "seconds": phase.seconds, "answers": len(phase.latencies),
             "qps": round(steady if steady is not None else window, 3), "qps_window": round(window, 3),
+            "compute_qps": compute_qps(phase.compute_s, phase.batch_sizes),
             **latency_ms(phase.latencies),
             "mean_batch_size": round(statistics.fmean(phase.batch_sizes), 2) if phase.batch_sizes else None,
             "errors": sum(phase.errors.values()), "error_kinds": dict(phase.errors)}
@@ -135,6 +146,7 @@ def result_line(levels: dict, *, offline_qps: float | None, swaps: int, swap_err
         f"qps_c{TOP}_batched": batched, f"qps_c{TOP}_unbatched": unbatched,
         "batching_speedup": _ratio(batched, unbatched), "offline_batch_qps": offline_qps,
         "server_efficiency": _ratio(batched, offline_qps), "p99_ms_c8": levels["c8"]["p99_ms"],
+        "compute_efficiency": _ratio(levels[f"c{TOP}"].get("compute_qps"), offline_qps),
         "errors": errors, "swaps": swaps, "swap_errors": swap_errors, "mixed_version_answers": mixed,
     }
     line["meets_targets"] = bool(
@@ -223,15 +235,16 @@ def ask_body(settings: dict) -> dict:
             "max_new_tokens": settings["max_new_tokens"]}
 
 
-def parse_answer(response) -> tuple[int, str, int, list]:
-    """``(batch size, kb name, kb version, passage ids)`` of a ``POST /v1/ask`` response to one question;
-    ValueError naming what is wrong if it is not a 200 with one answer."""
+def parse_answer(response) -> tuple[int, str, int, list, float]:
+    """``(batch size, kb name, kb version, passage ids, the batch's compute seconds)`` of a ``POST /v1/ask``
+    response to one question; ValueError naming what is wrong if it is not a 200 with one answer."""
     if response.status_code != 200:
         raise ValueError(f"http {response.status_code}")
     try:
         data = response.json()
         (answer,) = data["answers"]
-        return int(data["batch_size"]), data["kb"]["name"], data["kb"]["version"], [p["id"] for p in answer["passages"]]
+        return (int(data["batch_size"]), data["kb"]["name"], data["kb"]["version"], [p["id"] for p in answer["passages"]],
+                float(data["timings"]["compute_ms"]) / 1000.0)
     except (ValueError, KeyError, TypeError) as error:
         raise ValueError("malformed response") from error
 
@@ -297,7 +310,8 @@ async def drive(url: str, concurrency: int, seconds: float, questions: list[str]
                 phase.in_window += end <= deadline
                 phase.ends.append(end - start)
                 phase.batch_sizes.append(answer[0])
-                phase.answers.append(answer[1:])
+                phase.answers.append(answer[1:4])
+                phase.compute_s.append(answer[4])
 
         tasks = [asyncio.ensure_future(one_client()) for _ in range(concurrency)]
         if swapper is not None:
@@ -385,11 +399,13 @@ def offline_qps(args, questions: list[str], batch_sizes: tuple[int, ...], settin
     rag = options.load_model(args)
     rates = {}
     for batch_size in batch_sizes:
-        batches = [[questions[(start + i) % len(questions)] for i in range(batch_size)]
-                   for start in range(0, len(questions), batch_size)]
+        # the clients' turn order, cut into batches as the server cuts it at full load, until every question has
+        # come as often as every other: a cycle of lcm(questions, batch) questions
+        cycle = math.lcm(len(questions), batch_size) // batch_size
+        batches = [[questions[(j * batch_size + i) % len(questions)] for i in range(batch_size)] for j in range(cycle)]
         rag.ask(batches[0], **settings)  # untimed warm-up
-        # whole passes over the questions only: a question's cost varies severalfold, so a window that ends
-        # inside a pass would weigh some questions more than the server's clients, which ask each in turn
+        # whole cycles only: a question's cost varies severalfold, so a window that ends inside a cycle would weigh
+        # some questions more than the server's clients, which ask each in turn
         answered, done, start = 0, 0, time.perf_counter()
         while done < len(batches) or time.perf_counter() - start < args.seconds or done % len(batches):
             answered += len(rag.ask(batches[done % len(batches)], **settings))

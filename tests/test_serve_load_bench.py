@@ -74,6 +74,10 @@ def test_the_json_line_has_the_issues_figures(bench):
     assert line["meets_targets"] is True
     assert bench.result_line(levels(c32_qps=7.0), offline_qps=10.5, swaps=6, swap_errors=0, mixed=0,
                              extra={})["meets_targets"] is False  # speedup 1.4, efficiency 0.67
+    timed = levels()
+    timed["c32"]["compute_qps"] = 9.45  # the model's own rate in the server, against the offline bound
+    assert bench.result_line(timed, offline_qps=10.5, swaps=0, swap_errors=0, mixed=0, extra={})["compute_efficiency"] == 0.9
+    assert line["compute_efficiency"] is None  # a server that did not report its compute time
     failing = bench.result_line(levels(c32_errors=2), offline_qps=10.5, swaps=6, swap_errors=1, mixed=1, extra={})
     assert failing["errors"] == 3 and failing["mixed_version_answers"] == 1 and failing["meets_targets"] is False
 
@@ -107,7 +111,7 @@ def stub_server(state):
         question = json.loads(request.content)["question"]
         answer = {"question": question, "answer": "x", "passages": [{"id": f"{state['book']}:{question}"}]}
         return httpx.Response(200, json={"answers": [answer], "kb": {"name": state["book"], "version": 1},
-                                         "batch_size": 2})
+                                         "batch_size": 2, "timings": {"queue_ms": 1.0, "compute_ms": 500.0}})
 
     return httpx.MockTransport(handle)
 
@@ -124,7 +128,8 @@ def test_the_clients_count_answers_errors_and_swaps(bench, monkeypatch):
     assert state["book"] == "a"  # a, then b, a, b, a
     assert phase.errors == Counter({"http 503": state["asked"] // 5})
     assert len(phase.latencies) == state["asked"] - state["asked"] // 5 >= phase.in_window > 0
-    assert phase.batch_sizes == [2] * len(phase.latencies)
+    assert phase.batch_sizes == [2] * len(phase.latencies) and phase.compute_s == [0.5] * len(phase.latencies)
+    assert bench.phase_figures(phase, 4)["compute_qps"] == 4.0  # batches of 2 answers in 0.5 s of compute
     assert {name for name, _, _ in phase.answers} <= {"a", "b"}  # the first swap lands before any question
     assert all(ids == [f"{name}:q1"] or ids == [f"{name}:q2"] for name, _, ids in phase.answers)
 
@@ -173,6 +178,7 @@ def test_one_short_run_on_a_tiny_model(bench, tmp_path, capsys, monkeypatch):
     assert all(level["answers"] > 0 for level in line["levels"].values())
     assert line["levels"]["c32_unbatched"]["mean_batch_size"] == 1.0 and line["levels"]["c32"]["mean_batch_size"] > 1
     assert line["offline_batch_qps"] > 0 and line["qps_c32_batched"] == line["levels"]["c32"]["qps"]
+    assert line["levels"]["c32"]["compute_qps"] > 0  # the server reported its compute time
     assert len(servers) == 2 and all(s.process.poll() is not None for s in servers)  # both stopped
 
 
@@ -228,5 +234,6 @@ def test_the_offline_bound_runs_whole_passes_over_the_questions(bench, monkeypat
 
     monkeypatch.setattr(options, "load_model", lambda args: Counting())
     bench.offline_qps(argparse.Namespace(seconds=0.0), [f"q{i}" for i in range(5)], (2,), {})
-    # an untimed warm-up, then one whole pass even though the time is up at once: every question as often
-    assert calls == [["q0", "q1"], ["q0", "q1"], ["q2", "q3"], ["q4", "q0"]]
+    # an untimed warm-up, then one whole cycle of the clients' turn order even though the time is up at once,
+    # cut into batches as the server cuts it: every question as often, in the batches the server sees
+    assert calls == [["q0", "q1"], ["q0", "q1"], ["q2", "q3"], ["q4", "q0"], ["q1", "q2"], ["q3", "q4"]]

@@ -76,6 +76,18 @@ def test_interrupted_run_resumes_to_the_same_weights(kb, tmp_path):
     assert all(torch.equal(a[k], b[k]) for k in a)
 
 
+def test_the_command_offers_the_trainers_schedules():
+    import argparse
+
+    from openbook.commands import train as command
+    from openbook.train.trainer import LR_SCHEDULES
+
+    parser = argparse.ArgumentParser()
+    command.register(parser.add_subparsers())
+    action = next(a for a in parser._subparsers._group_actions[0].choices["train"]._actions if a.dest == "lr_schedule")
+    assert tuple(action.choices) == LR_SCHEDULES
+
+
 def test_lr_factor_warms_up_then_falls_linearly_to_zero():
     assert [lr_factor(s, 6) for s in range(6)] == [1.0] * 6
     assert [lr_factor(s, 6, "constant", warmup_steps=2) for s in range(4)] == [0.5, 1.0, 1.0, 1.0]
@@ -169,10 +181,12 @@ def test_train_command_end_to_end(kb, tmp_path, capsys):
     dev.write_text("\n".join(json.dumps({"question": x, "answers": [y]}) for x, y in EXAMPLES[:2]))
     args = ["train", "--train", str(data), "--dev", str(dev), "--kb", str(kb_dir), "--out", str(tmp_path / "run"),
             "--generator", str(gen_dir), "--encoder", str(enc_dir), "--k", "2", "--max-steps", "2",
-            "--batch-size", "2", "--checkpoint-every", "1"]
+            "--lr-schedule", "linear", "--warmup-steps", "1", "--batch-size", "2", "--checkpoint-every", "1"]
     assert main(args) == 0
     out = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert out["steps"] == 2 and 0.0 <= out["dev"]["exact_match"] <= 1.0
+    config = json.loads((tmp_path / "run" / "checkpoint" / "state.json").read_text())["config"]
+    assert config["lr_schedule"] == "linear" and config["warmup_steps"] == 1
     assert main(args[:-4] + ["--max-steps", "3", "--resume", "--batch-size", "2"]) == 0
     assert json.loads(capsys.readouterr().out.strip().splitlines()[-1])["steps"] == 3
 
