@@ -16,7 +16,8 @@ OB=${OB:-.venv/bin/openbook}
 PY=${PY:-.venv/bin/python}
 DATA=${DATA:-../shared/data}
 STEPS=${STEPS:-250}
-RECIPE="--train runs/data/default-train-answerable.jsonl --lora 16 --lr-generator 1e-3 --learn-scale
+RECIPE="--train runs/data/default-train-answerable.jsonl --lora 16 --lora-dropout 0 --lr-generator 1e-3
+        --lr-schedule linear --warmup-steps 10 --learn-scale
         --batch-size 4 --k 5 --max-steps $STEPS --freeze-retriever --seed 0 --checkpoint-every 25"
 
 $PY scripts/split_qa_data.py --data-dir "$DATA" --out runs/data
