@@ -72,16 +72,22 @@ class TrainState:
 def parameter_groups(rag, cfg: TrainConfig) -> list[dict]:
     """Adam groups: the generator (its LoRA adapters, if it has them), the query encoder (unless frozen or
     absent), the learnable score scale."""
-    groups = [{"params": _generator_parameters(rag), "lr": cfg.lr_generator, "name": "generator"}]
+    rates = _group_rates(cfg)
+    groups = [{"params": _generator_parameters(rag), "lr": rates["generator"], "name": "generator"}]
     if not cfg.freeze_retriever and _query_encoder(rag) is not None:
-        groups.append({"params": list(rag.query_encoder.parameters()), "lr": cfg.lr_query_encoder,
+        groups.append({"params": list(rag.query_encoder.parameters()), "lr": rates["query_encoder"],
                        "name": "query_encoder"})
     if getattr(rag, "log_scale", None) is not None and rag.log_scale.requires_grad:
-        groups.append({"params": [rag.log_scale], "lr": cfg.lr_score_scale, "name": "score_scale"})
+        groups.append({"params": [rag.log_scale], "lr": rates["score_scale"], "name": "score_scale"})
     return groups
 
 
 LR_SCHEDULES = ("constant", "linear")
+
+
+def _group_rates(cfg: TrainConfig) -> dict[str, float]:
+    """The configured learning rate of each Adam group, by the group's name."""
+    return {"generator": cfg.lr_generator, "query_encoder": cfg.lr_query_encoder, "score_scale": cfg.lr_score_scale}
 
 
 def lr_factor(step: int, total: int, schedule: str = "constant", warmup_steps: int = 0) -> float:
@@ -103,7 +109,7 @@ def _set_learning_rates(optimizer, cfg: TrainConfig, step: int, total: int) -> N
     factor is always 1, so a constant-rate run resumes with the rates its checkpoint holds, as before)."""
     if cfg.lr_schedule == "constant" and not cfg.warmup_steps:
         return
-    base = {"generator": cfg.lr_generator, "query_encoder": cfg.lr_query_encoder, "score_scale": cfg.lr_score_scale}
+    base = _group_rates(cfg)
     factor = lr_factor(step, total, cfg.lr_schedule, cfg.warmup_steps)
     for group in optimizer.param_groups:
         group["lr"] = base[group["name"]] * factor
