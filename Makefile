@@ -7,7 +7,7 @@
 
 VENV ?= .venv
 PYTHON ?= python3
-QUESTION ?= Who got the first Nobel Prize in Physics?
+QUESTION ?= Who wrote Hamlet?
 # Benchmark scripts `make bench` runs, in order (files starting with "_" are helpers, not run).
 BENCH_SCRIPTS ?= $(filter-out bench/_%,$(sort $(wildcard bench/*.py)))
 

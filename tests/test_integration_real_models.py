@@ -7,6 +7,10 @@ paper's index hot-swapping (section 4.5) on a small corpus.
 
 from __future__ import annotations
 
+import json
+import re
+from pathlib import Path
+
 import pytest
 
 from openbook.corpus import Passage
@@ -19,6 +23,7 @@ FILLER = [
     Passage("f4", "Photosynthesis", "Photosynthesis is a process used by plants to convert light energy into chemical energy."),
 ]
 QUESTION = "Who is the president of Veltravia?"
+DEMO_QUESTION, DEMO_ANSWER = "Who wrote Hamlet?", "William Shakespeare"  # `make demo`'s question and its answer
 
 
 def kb_with(president: str, path):
@@ -54,11 +59,28 @@ def test_the_shipped_default_answers_in_a_few_words_from_the_demo_book():
 
     assert default_run_path() is not None, "openbook/data/default is missing: run scripts/train_default.sh"
     rag = load_model()
-    answer = rag.ask(["Who wrote Hamlet?"], num_beams=1, decoding="fast", max_new_tokens=16)[0]
-    assert answer.answer == "William Shakespeare" and not answer.truncated, answer.answer
+    answer = rag.ask([DEMO_QUESTION], num_beams=1, decoding="fast", max_new_tokens=16)[0]
+    assert answer.answer == DEMO_ANSWER and not answer.truncated, answer.answer
     untrained = load_model(kb=rag.kb, untrained=True)
     name = "model.layers.0.self_attn.q_proj.weight"  # the adapters are folded into the base weights
     assert not torch.equal(rag.generator.model.state_dict()[name], untrained.generator.model.state_dict()[name])
+
+
+def test_make_demo_asks_the_question_checked_here():
+    """`make demo` must show a new user a short correct answer: its question is the one the tests above and below
+    check against the shipped default, so the two cannot drift apart."""
+    makefile = (Path(__file__).resolve().parents[1] / "Makefile").read_text(encoding="utf-8")
+    assert re.search(r"^QUESTION \?= (.+)$", makefile, re.M).group(1) == DEMO_QUESTION
+
+
+@pytest.mark.shipped_default
+def test_make_demo_answers_correctly_with_ask_s_own_defaults(capsys):
+    """What `make demo` runs: `openbook ask QUESTION` with every default (Lazy decoding, --dtype auto)."""
+    from openbook import cli
+
+    assert cli.main(["ask", DEMO_QUESTION, "--json"]) == 0
+    answer = json.loads(capsys.readouterr().out)
+    assert answer["answer"] == DEMO_ANSWER and not answer["truncated"], answer
 
 
 @pytest.mark.shipped_default
