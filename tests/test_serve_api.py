@@ -351,3 +351,48 @@ def test_serve_exits_with_the_loaders_one_line_error(tmp_path):
     assert proc.returncode == 2, proc.stderr
     assert proc.stderr.strip().splitlines()[-1] == f"openbook: error: model folder '{missing}' does not exist"
     assert "Traceback" not in proc.stderr
+
+
+def test_a_model_thread_host_loads_and_computes_in_the_thread_that_runs_it(tiny):
+    """`openbook serve` hands the model's loading and the worker's loop to its main thread (ServeConfig.host, a
+    ModelThread), where PyTorch computes faster (bench/thread_speed.py): both run there, the answers are those of
+    rag.ask, and shutting the app down ends the loop, so ModelThread.run returns."""
+    import threading
+
+    from openbook.serve.worker import ModelThread
+
+    root, rag, encoder = tiny
+    seen: dict[str, object] = {}
+    ask = rag.ask
+
+    def load():
+        seen["load"] = threading.current_thread()
+        return rag
+
+    def recording_ask(*args, **kwargs):
+        seen["ask"] = threading.current_thread()
+        return ask(*args, **kwargs)
+
+    host = ModelThread()
+    app = create_app(config(root, encoder, load=load, host=host))
+    answers: list = []
+
+    async def go():
+        async with client(app) as http:
+            while (await http.get("/readyz")).status_code != 200:
+                await asyncio.sleep(0.01)
+            r = await http.post("/v1/ask", json={"question": "capital of france", "k": 3, "max_new_tokens": 4})
+            answers.append(r)
+
+    session = threading.Thread(target=lambda: run(go()))
+    rag.ask = recording_ask
+    try:
+        session.start()
+        host.run(session.is_alive)  # this (the test's) thread is the model's
+        session.join()
+    finally:
+        rag.ask = ask
+    assert answers and answers[0].status_code == 200, answers and answers[0].text
+    direct = rag.ask(["capital of france"], k=3, num_beams=1, decoding="fast", max_new_tokens=4)[0]
+    assert answers[0].json()["answers"][0]["answer"] == direct.answer
+    assert seen == {"load": threading.current_thread(), "ask": threading.current_thread()}

@@ -25,7 +25,7 @@ from fastapi.middleware.cors import CORSMiddleware
 from openbook.serve.books import Books, passage_encoder
 from openbook.serve.errors import ApiError, ClientGone, as_api_error, install_handlers
 from openbook.serve.metrics import Metrics
-from openbook.serve.worker import Job, QueueFull, Worker, WorkerStopped
+from openbook.serve.worker import Host, Job, QueueFull, Worker, WorkerStopped, on_host
 
 log = logging.getLogger("openbook.serve")
 STATIC = Path(__file__).resolve().parent / "static"
@@ -51,6 +51,7 @@ class ServeConfig:
     load: Callable[[], Any] | None = field(default=None, repr=False)
     passage_encoder: Any = field(default=None, repr=False)
     read_only: str | None = None
+    host: Host | None = field(default=None, repr=False)  # where the model loads and computes (worker.ModelThread)
 
 
 class Server:
@@ -78,7 +79,7 @@ class Server:
         self.default_model = rag.model_type  # read here: the worker switches rag.model_type per batch
         self.books = Books(rag.kb, self.config.kb_name, self.config.kb_root)
         self.worker = Worker(rag, self.books, self.config.max_batch_size, self.config.max_wait_ms,
-                             self.config.max_queue, self.metrics)
+                             self.config.max_queue, self.metrics, self.config.host)
         self.worker.start()
 
     def load(self) -> None:
@@ -197,7 +198,7 @@ def create_app(config: ServeConfig | None = None, rag=None) -> FastAPI:
         if rag is not None:
             server.attach(rag)
         elif config.load is not None:
-            loading = asyncio.ensure_future(asyncio.to_thread(server.load))
+            loading = on_host(config.host, server.load)
         else:
             server.load_error = "no model given"
         try:

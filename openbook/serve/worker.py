@@ -1,5 +1,10 @@
 """The model worker: one thread owns the RAG model and answers requests in dynamic batches.
 
+That thread is a new one, or with a ``host`` the thread that runs :meth:`ModelThread.run`: ``openbook serve`` hands the
+model's loading and the worker's loop to its main thread (and serves HTTP from another), because PyTorch computed the
+same answers 1.26x faster in the main thread than in another thread of the same process
+(``bench/thread_speed.py``, docs/thread_speed.txt).
+
 The event loop never computes: an endpoint puts a :class:`Job` on the worker's bounded queue
 (:meth:`Worker.submit`, :class:`QueueFull` when full) and awaits its asyncio future, which the worker
 resolves from its thread with ``loop.call_soon_threadsafe``. The worker takes the oldest job and gathers
@@ -15,6 +20,7 @@ only ever used from this thread.
 from __future__ import annotations
 
 import asyncio
+import queue
 import threading
 import time
 from collections import deque
@@ -72,18 +78,60 @@ class BatchResult:
     batch_size: int
 
 
+Host = Callable[[Callable[[], None]], None]  # runs a function in the model's thread
+
+
+class ModelThread:
+    """A host (``ServeConfig.host``) that runs the functions handed to it, in order, in the thread that calls
+    :meth:`run`, typically the main thread: the model's loading, then the worker's loop."""
+
+    def __init__(self):
+        self._work: queue.SimpleQueue = queue.SimpleQueue()
+
+    def __call__(self, fn: Callable[[], None]) -> None:
+        self._work.put(fn)
+
+    def run(self, alive: Callable[[], bool], poll_s: float = 0.1) -> None:
+        """Run what is handed over until ``alive()`` turns false (checked between functions and every ``poll_s``)."""
+        while alive():
+            try:
+                fn = self._work.get(timeout=poll_s)
+            except queue.Empty:
+                continue
+            fn()
+
+
+def on_host(host: Host | None, fn: Callable[[], Any]) -> asyncio.Future:
+    """``fn()`` run by ``host`` (or in a new thread), as an awaitable of the running event loop."""
+    if host is None:
+        return asyncio.ensure_future(asyncio.to_thread(fn))
+    loop = asyncio.get_running_loop()
+    future = loop.create_future()
+
+    def call() -> None:
+        try:
+            result = fn()
+        except BaseException as error:  # delivered to the awaiting coroutine
+            loop.call_soon_threadsafe(lambda error=error: future.done() or future.set_exception(error))
+        else:
+            loop.call_soon_threadsafe(lambda: future.done() or future.set_result(result))
+
+    host(call)
+    return future
+
+
 class Worker:
     """The thread that owns ``rag`` (module docs)."""
 
     def __init__(self, rag, books: Books, max_batch_size: int = 8, max_wait_ms: float = 10.0, max_queue: int = 64,
-                 metrics=None):
+                 metrics=None, host: Host | None = None):
         self.rag, self.books = rag, books
         self.max_batch_size, self.max_wait = max_batch_size, max_wait_ms / 1000.0
         self.max_queue, self.metrics = max_queue, metrics
         self._pending: deque[Job] = deque()
         self._cond = threading.Condition()
         self._stopping = False
-        self._thread: threading.Thread | None = None
+        self._host, self._started, self._ended = host, False, threading.Event()
         self._retrievers = {rag.retriever.name: rag.retriever}
         self._default_retriever = rag.retriever.name
         self.batches = 0
@@ -91,16 +139,20 @@ class Worker:
     # -- life cycle ---------------------------------------------------------------------------------
 
     def start(self) -> None:
-        self._thread = threading.Thread(target=self._run, name="openbook-model-worker", daemon=True)
-        self._thread.start()
+        """Run the worker's loop on the host, or in a new thread without one."""
+        self._started = True
+        if self._host is not None:
+            self._host(self._serve)
+        else:
+            threading.Thread(target=self._serve, name="openbook-model-worker", daemon=True).start()
 
     def stop(self, timeout: float | None = None) -> None:
-        """Finish the queued jobs, then end the thread."""
+        """Finish the queued jobs, then end the loop (and wait, at most ``timeout`` s, until it has)."""
         with self._cond:
             self._stopping = True
             self._cond.notify_all()
-        if self._thread is not None:
-            self._thread.join(timeout)
+        if self._started:
+            self._ended.wait(timeout)
 
     @property
     def depth(self) -> int:
@@ -122,6 +174,12 @@ class Worker:
             self.metrics.queue_depth.set(len(self._pending))
 
     # -- the thread ---------------------------------------------------------------------------------
+
+    def _serve(self) -> None:
+        try:
+            self._run()
+        finally:
+            self._ended.set()
 
     def _run(self) -> None:
         while True:
