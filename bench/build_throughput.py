@@ -5,8 +5,10 @@ bfloat16 runs only where the CPU computes it natively (AVX-512 BF16 or AMX; ``--
 (dynamic quantisation, :func:`openbook.models.precision.quantize_int8`) where PyTorch has its x86 engine.
 
 Speed: same model (the packaged all-MiniLM-L6-v2), same passages (the shipped demo corpus, formatted the
-way openbook formats them), same batch size, in the same process and interleaved, so machine load hits
-every variant alike; max abs difference of the vectors to sentence-transformers'.
+way openbook formats them), in the same process and interleaved, so machine load hits every variant alike; max
+abs difference of the vectors to sentence-transformers'. openbook runs at each of ``--batch-sizes`` (passages per
+forward pass; its figures without a batch size are at :data:`openbook.models.encoders.PASSAGE_BATCH`, what ``kb
+build`` uses), sentence-transformers at each of ``--st-batch-sizes``, and the peer is its fastest.
 
 Recall: held-out NQ (``nq-open-oracle.dev-split``, the questions the project scores on) against the NQ
 gold passages (``nq-gold-passages``, every question's gold passage among them): gold recall@5 of the
@@ -14,8 +16,8 @@ float32 queries over passages encoded in each type, as ``openbook eval retrieval
 passage, matched by title and text, in the top 5). A type counts (``best_dtype_within_recall``) only if
 its recall@5 is within 0.5 point of float32's.
 
-    .venv/bin/python bench/build_throughput.py [--passages 2000] [--batch-size 64] [--repeats 3]
-        [--recall-passages 0 (all)] [--questions 0 (all)]
+    .venv/bin/python bench/build_throughput.py [--passages 1000] [--batch-sizes 16,64] [--st-batch-sizes 16,32,64]
+        [--repeats 3] [--recall-passages 0 (all)] [--questions 0 (all)]
 
 Ends with one JSON line holding ``{fp32,int8,bf16}_speedup_vs_sentence_transformers``, ``recall_at5_*``
 and ``best_speedup_vs_sentence_transformers`` (of the fastest type within the recall tolerance).
@@ -70,8 +72,9 @@ def recall_at(k: int, queries: np.ndarray, passages: np.ndarray, gold: np.ndarra
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--passages", type=int, default=2000, help="demo passages to time")
-    p.add_argument("--batch-size", type=int, default=64)
+    p.add_argument("--passages", type=int, default=1000, help="demo passages to time")
+    p.add_argument("--batch-sizes", default="16,64", help="openbook's passages per forward pass to time")
+    p.add_argument("--st-batch-sizes", default="16,32,64", help="sentence-transformers' batch sizes to time")
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--recall-passages", type=int, default=0, help="NQ gold passages to search (0: all)")
     p.add_argument("--questions", type=int, default=0, help="NQ dev questions (0: all)")
@@ -84,6 +87,7 @@ def main() -> None:
     from openbook.corpus import read_passages
     from openbook.data import demo_passages_path
     from openbook.models import load_encoder
+    from openbook.models.encoders import PASSAGE_BATCH
     from openbook.models.loading import packaged_minilm_path
     from openbook.models.precision import bf16_hardware, int8_engine
 
@@ -97,10 +101,13 @@ def main() -> None:
     dtypes = ["float32", "int8"] if int8_engine() else ["float32"]
     if bf16_hardware() or args.bf16:  # emulated elsewhere, and many times slower than float32
         dtypes.append("bfloat16")
-    variants = {f"openbook_{SHORT[d]}": (lambda d=d: ours.encode_passages(passages, batch_size=args.batch_size, dtype=d))
-                for d in dtypes}
-    variants["sentence_transformers"] = lambda: st.encode(texts, batch_size=args.batch_size, convert_to_numpy=True,
-                                                          normalize_embeddings=True, show_progress_bar=False)
+    sizes = sorted({PASSAGE_BATCH, *map(int, args.batch_sizes.split(","))})
+    st_sizes = sorted(set(map(int, args.st_batch_sizes.split(","))))
+    variants = {f"openbook_{SHORT[d]}_bs{b}": (lambda d=d, b=b: ours.encode_passages(passages, batch_size=b, dtype=d))
+                for d in dtypes for b in sizes}
+    for b in st_sizes:
+        variants[f"sentence_transformers_bs{b}"] = lambda b=b: st.encode(
+            texts, batch_size=b, convert_to_numpy=True, normalize_embeddings=True, show_progress_bar=False)
     vectors = {name: fn() for name, fn in variants.items()}  # warm-up (and int8's one-time quantisation)
     times: dict[str, list[float]] = {name: [] for name in variants}
     for repeat in range(args.repeats):
@@ -110,15 +117,23 @@ def main() -> None:
             vectors[name] = variants[name]()
             times[name].append(time.perf_counter() - start)
     pps = {name: len(passages) / statistics.median(t) for name, t in times.items()}
+    st_best = max(st_sizes, key=lambda b: pps[f"sentence_transformers_bs{b}"])
+    for d in dtypes:  # the figures of kb build's own batch size
+        pps[f"openbook_{SHORT[d]}"] = pps[f"openbook_{SHORT[d]}_bs{PASSAGE_BATCH}"]
+        vectors[f"openbook_{SHORT[d]}"] = vectors[f"openbook_{SHORT[d]}_bs{PASSAGE_BATCH}"]
+    pps["sentence_transformers"] = pps[f"sentence_transformers_bs{st_best}"]
+    vectors["sentence_transformers"] = vectors[f"sentence_transformers_bs{st_best}"]
 
     nq_passages, questions, gold = nq_recall_data(args.recall_passages, args.questions)
     queries = ours.encode_queries(questions, dtype="float32")
-    recall = {d: recall_at(5, queries, ours.encode_passages(nq_passages, batch_size=args.batch_size, dtype=d), gold)
+    recall = {d: recall_at(5, queries, ours.encode_passages(nq_passages, dtype=d), gold)
               for d in dtypes}
     st_pps = pps["sentence_transformers"]
     result = {
         "passages": len(passages),
-        "batch_size": args.batch_size,
+        "batch_size": PASSAGE_BATCH,
+        "passages_per_s_by_batch_size": {name: round(rate, 1) for name, rate in pps.items() if "_bs" in name},
+        "sentence_transformers_best_batch_size": st_best,
         "threads": torch.get_num_threads(),
         "bf16_hardware": bf16_hardware(),
         "load_average_1min": round(os.getloadavg()[0], 2),
@@ -147,7 +162,9 @@ def main() -> None:
         short = SHORT[d]
         print(f"{'openbook ' + d + ', sorted':<32}{result[f'openbook_{short}_passages_per_s']:>12}"
               f"{result[f'recall_at5_{short}']:>14.4f}")
-    print(f"{'sentence-transformers':<32}{result['sentence_transformers_passages_per_s']:>12}")
+    print(f"{'sentence-transformers (fastest)':<32}{result['sentence_transformers_passages_per_s']:>12}")
+    for name, rate in result["passages_per_s_by_batch_size"].items():
+        print(f"  {name:<30}{rate:>12}")
     print(f"NQ gold recall@5 over {len(nq_passages)} passages, {len(questions)} questions")
     print(json.dumps(result))
 

@@ -9,15 +9,13 @@ import contextlib
 import functools
 from pathlib import Path
 
-ENCODE_BATCH = 64  # texts per forward pass of the encoder (within one --batch-size batch)
 RAY_BATCH = 4096  # with --ray each batch is one Ray Data job (actors start anew): make it worth their start-up
 
 
 def encode_fn(encoder, dtype: str | None = None):
-    """``encode_passages`` for builds and edits: length-sorted batches of ENCODE_BATCH, in ``dtype``
-    (None: the encoder's own, float32)."""
-    options = {"batch_size": ENCODE_BATCH} if dtype is None else {"batch_size": ENCODE_BATCH, "dtype": dtype}
-    return lambda batch: encoder.encode_passages(batch, **options)
+    """``encode_passages`` for builds and edits: length-sorted batches of the encoder's ``PASSAGE_BATCH``, in
+    ``dtype`` (None: the encoder's own, float32)."""
+    return encoder.encode_passages if dtype is None else functools.partial(encoder.encode_passages, dtype=dtype)
 
 
 def load_encode_passages(name: str, dtype: str | None = None):

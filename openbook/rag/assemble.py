@@ -78,7 +78,7 @@ def build_knowledge_base(
     """
     return KnowledgeBase.build(
         passages,
-        lambda batch: encoder.encode_passages(batch, batch_size=64),
+        encoder.encode_passages,
         encoder.info(),
         out_dir,
         batch_size=batch_size,

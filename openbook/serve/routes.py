@@ -107,7 +107,7 @@ def install_routes(app: FastAPI, server, static: Path) -> None:
             return s.EditResponse(**await server.call(run))
 
     def encode(encoder):
-        return lambda batch: encoder().encode_passages(batch, batch_size=64)
+        return lambda batch: encoder().encode_passages(batch)
 
     @app.post("/v1/kb/passages", response_model=s.EditResponse, responses=ERRORS, dependencies=[Depends(admin)])
     async def add_passages(body: s.AddRequest):
