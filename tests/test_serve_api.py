@@ -396,3 +396,22 @@ def test_a_model_thread_host_loads_and_computes_in_the_thread_that_runs_it(tiny)
     direct = rag.ask(["capital of france"], k=3, num_beams=1, decoding="fast", max_new_tokens=4)[0]
     assert answers[0].json()["answers"][0]["answer"] == direct.answer
     assert seen == {"load": threading.current_thread(), "ask": threading.current_thread()}
+
+
+def test_openbook_serve_exits_when_its_port_is_taken(tiny, tmp_path):
+    """uvicorn runs in a second thread: when it cannot bind (and exits), the model's loop in the main thread is let
+    go and the process ends with uvicorn's failure status instead of hanging."""
+    import socket
+
+    _, rag, encoder = tiny
+    gen_dir, enc_dir, kb_dir = saved_tiny_models(rag, encoder, tmp_path)
+    repo, env = subprocess_env()
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        command = [sys.executable, "-m", "openbook", "serve", "--port", str(port), "--generator", str(gen_dir),
+                   "--encoder", str(enc_dir), "--kb", str(kb_dir), "--untrained", "--dtype", "float32"]
+        done = subprocess.run(command, env=env, cwd=repo, capture_output=True, text=True, timeout=600)
+    assert done.returncode != 0, done.stderr  # uvicorn's own status for a failed start-up (3 in uvicorn 0.54)
+    assert "address already in use" in done.stderr.lower() and "Traceback" not in done.stderr

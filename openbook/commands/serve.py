@@ -146,10 +146,18 @@ def _cmd_serve(args: argparse.Namespace) -> int:
             exits.append(stop.code)
 
     http = threading.Thread(target=serve_http, name="openbook-http")
+
+    def end_the_model_loop_with_http() -> None:  # however uvicorn's thread ends, the main thread is let go
+        http.join()
+        worker = app.state.server.worker
+        if worker is not None:
+            worker.stop(timeout=0)
+
     # uvicorn listens to signals only in the main thread, which here computes: its handler is installed here
     previous = {sig: signal.signal(sig, server.handle_exit) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
         http.start()
+        threading.Thread(target=end_the_model_loop_with_http, name="openbook-http-watch", daemon=True).start()
         model_thread.run(http.is_alive)
         http.join()
     finally:
