@@ -36,13 +36,19 @@ webquestions() { timed webquestions $OB eval --task webquestions --data runs/dat
                     --dtype $DTYPE --out $OUT/webquestions --json; }
 curatedtrec() { timed curatedtrec $OB eval --task curatedtrec --data runs/data/curatedtrec-heldout.tsv $ASK \
                     --dtype $DTYPE --out $OUT/curatedtrec --json; }
+full-ft()     { scripts/train_default.sh full  # all the generator's weights, same data, steps and schedule
+                timed full-ft $OB eval --task nq --run runs/default-full --data runs/data/nq-dev.jsonl $ASK \
+                    --dtype $DTYPE --out $OUT/nq-full-ft --json
+                $PY scripts/compare_reports.py $OUT/nq-fp32/report.json $OUT/nq-full-ft/report.json \
+                    | tee $OUT/nq-full-ft/compare.txt; }
 lora-vs-full() { timed lora-vs-full env PYTHONPATH=. $PY bench/lora_vs_full.py | tee $OUT/lora_vs_full.txt; }
 recall()      { for set in nq-dev webquestions-heldout curatedtrec-heldout; do
                     match=$([ $set = curatedtrec-heldout ] && echo regex || echo dpr)
                     timed recall-$set $OB eval retrieval --questions runs/data/$set.jsonl --k 1,5,20 \
                         --retrievers dense,bm25 --match $match --json | tee $OUT/recall-$set.json; done; }
-ablation()    { timed ablation $OB experiments ablation --data runs/data/nq-dev.jsonl --bm25 default --frozen default \
-                    $ASK --out $OUT/ablation --json; }
+ablation()    { scripts/train_default.sh learned  # the default's recipe with q(x) trained too (resumes; ~60-80 min)
+                timed ablation $OB experiments ablation --data runs/data/nq-dev.jsonl --bm25 default --frozen default \
+                    --learned runs/default-learned $ASK --out $OUT/ablation --json; }
 k-sweep()     { timed k-sweep $OB experiments k-sweep --data runs/data/nq-dev.jsonl --ks 1,2,5,10 $ASK \
                     --out $OUT/k-sweep --json; }
 
