@@ -38,9 +38,9 @@ curatedtrec() { timed curatedtrec $OB eval --task curatedtrec --data runs/data/c
                     --dtype $DTYPE --out $OUT/curatedtrec --json; }
 full-ft()     { scripts/train_default.sh full  # all the generator's weights, same data, steps and schedule
                 timed full-ft $OB eval --task nq --run runs/default-full --data runs/data/nq-dev.jsonl $ASK \
-                    --dtype $DTYPE --out $OUT/nq-full-ft --json
-                $PY scripts/compare_reports.py $OUT/nq-fp32/report.json $OUT/nq-full-ft/report.json \
-                    | tee $OUT/nq-full-ft/compare.txt; }
+                    --dtype $DTYPE --out $OUT/nq-full-ft --json  # against the shipped LoRA in the same type:
+                lora=$OUT/nq-$([ $DTYPE = bfloat16 ] && echo bf16 || echo fp32)/report.json  # step nq-bf16 or nq-fp32
+                $PY scripts/compare_reports.py $lora $OUT/nq-full-ft/report.json | tee $OUT/nq-full-ft/compare.txt; }
 lora-vs-full() { timed lora-vs-full env PYTHONPATH=. $PY bench/lora_vs_full.py | tee $OUT/lora_vs_full.txt; }
 recall()      { for set in nq-dev webquestions-heldout curatedtrec-heldout; do
                     match=$([ $set = curatedtrec-heldout ] && echo regex || echo dpr)
