@@ -202,6 +202,7 @@ def test_swap_refuses_a_symlink_out_of_the_root(tmp_path):
     ({"question": "q", "beams": 9}, 422, "beams"),
     ({"question": "q", "max_new_tokens": 65}, 422, "max_new_tokens"),
     ({"question": ["q"] * 33}, 422, "question"),
+    ({"question": ["q"] * 4, "k": 20, "beams": 4}, 422, "beams"),  # 320 sequences: above MAX_ROWS (256)
     ({"question": "q", "model": "gpt"}, 422, "model"),
     ({"question": "q", "retriever": "google"}, 422, "retriever"),
     ({"question": "q", "decoding": "slow"}, 422, "decoding"),

@@ -224,3 +224,33 @@ async def _ask_and_listen(app, body: dict) -> list[tuple[float, bytes]]:
 
     await app(scope, receive, send)
     return sent
+
+
+def test_a_batch_is_bounded_by_its_sequences_as_well_as_its_questions():
+    """Questions x k x beams (what decoding's memory grows with) stays within MAX_ROWS in every batch: the
+    question cap alone let a batch of 16 questions decode 16 x 20 x 8 = 2,560 sequences at once."""
+    from types import SimpleNamespace
+
+    from openbook.serve.schemas import MAX_ROWS
+    from openbook.serve.worker import Job, Worker
+
+    loop = asyncio.new_event_loop()
+    try:
+        stub = SimpleNamespace(retriever=SimpleNamespace(name="dense"))
+        worker = Worker(stub, books=None, max_batch_size=16, max_wait_ms=0.0)
+
+        def job(k, beams, n=1):
+            return Job("ask", loop, loop.create_future(), [f"q{i}" for i in range(n)], {"k": k, "num_beams": beams})
+
+        heavy = [job(20, 8) for _ in range(3)]  # 160 sequences each
+        light = [job(5, 1) for _ in range(20)]  # 5 each: 16 fit by questions, 51 by sequences
+        worker._pending.extend(heavy + light)
+        sizes = []
+        while worker._pending:
+            batch = worker._take()
+            assert sum(j.rows for j in batch) <= MAX_ROWS and sum(len(j.questions) for j in batch) <= 16
+            sizes.append(len(batch))
+        assert sizes == [1, 1, 1, 16, 4]  # two heavy jobs would be 320 sequences
+        assert heavy[0].rows == 160
+    finally:
+        loop.close()

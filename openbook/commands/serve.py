@@ -21,6 +21,7 @@ from pathlib import Path
 
 from openbook.commands import options, positive_int
 from openbook.errors import InputError
+from openbook.serve.config import ServeConfig
 
 SERVE_DEFAULTS = {"dtype": "auto"}
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
@@ -65,15 +66,15 @@ def register(subparsers) -> None:
     serve.add_argument("--admin-token", metavar="TOKEN", default=None,
                        help="bearer token for edits and swaps (default: $OPENBOOK_ADMIN_TOKEN; without one the "
                        "server is read-only)")
-    serve.add_argument("--max-batch-size", type=positive_int, default=8, metavar="N",
+    serve.add_argument("--max-batch-size", type=positive_int, default=ServeConfig.max_batch_size, metavar="N",
                        help="most questions answered in one model batch (default: %(default)s; 1 turns batching off)")
-    serve.add_argument("--max-wait-ms", type=float, default=10.0, metavar="MS",
+    serve.add_argument("--max-wait-ms", type=float, default=ServeConfig.max_wait_ms, metavar="MS",
                        help="how long the first request of a batch waits for others (default: %(default)s)")
-    serve.add_argument("--max-queue", type=positive_int, default=64, metavar="N",
+    serve.add_argument("--max-queue", type=positive_int, default=ServeConfig.max_queue, metavar="N",
                        help="requests waiting beyond this get 503 with Retry-After (default: %(default)s)")
-    serve.add_argument("--timeout-s", type=_positive_float, default=60.0, metavar="S",
+    serve.add_argument("--timeout-s", type=_positive_float, default=ServeConfig.timeout_s, metavar="S",
                        help="a request not answered in this time gets 504 (default: %(default)s)")
-    serve.add_argument("--max-question-chars", type=positive_int, default=1000, metavar="N",
+    serve.add_argument("--max-question-chars", type=positive_int, default=ServeConfig.max_question_chars, metavar="N",
                        help="longest question accepted (default: %(default)s)")
     serve.add_argument("--cors-origin", action="append", default=[], metavar="ORIGIN",
                        help="allow browser pages from ORIGIN to call the API (repeatable; default: none)")
@@ -115,7 +116,7 @@ def _cmd_serve(args: argparse.Namespace) -> int:
 
     import uvicorn
 
-    from openbook.serve import ServeConfig, create_app
+    from openbook.serve import create_app
     from openbook.serve.worker import ModelThread
 
     failed: list[BaseException] = []
@@ -179,7 +180,7 @@ def _serve_on_ray(args: argparse.Namespace, token: str | None) -> int:
     import signal
     import time
 
-    from openbook.serve import ServeConfig, ray_serve
+    from openbook.serve import ray_serve
 
     def interrupt(*_):
         raise KeyboardInterrupt

@@ -13,45 +13,21 @@ import hmac
 import logging
 import threading
 import time
-from collections.abc import Callable
 from contextlib import asynccontextmanager
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.middleware.cors import CORSMiddleware
 
 from openbook.serve.books import Books, passage_encoder
+from openbook.serve.config import ServeConfig
 from openbook.serve.errors import ApiError, ClientGone, as_api_error, install_handlers
 from openbook.serve.metrics import Metrics
-from openbook.serve.worker import Host, Job, QueueFull, Worker, WorkerStopped, on_host
+from openbook.serve.worker import Job, QueueFull, Worker, WorkerStopped, on_host
 
 log = logging.getLogger("openbook.serve")
 STATIC = Path(__file__).resolve().parent / "static"
 RETRY_AFTER_S = 1
-
-
-@dataclass
-class ServeConfig:
-    """The server's settings (``openbook serve``'s flags). ``load`` builds the model when no ``rag`` is
-    given to :func:`create_app`; ``passage_encoder`` (d(z), for admin edits) defaults to the encoder the
-    knowledge base was built with, loaded on the first edit. ``read_only``, if set, is why every admin write
-    answers 409 (several Ray Serve replicas, :mod:`openbook.serve.ray_serve`)."""
-
-    kb_root: str | None = None
-    admin_token: str | None = None
-    max_batch_size: int = 8
-    max_wait_ms: float = 10.0
-    max_queue: int = 64
-    timeout_s: float = 60.0
-    max_question_chars: int = 1000
-    cors_origins: list[str] = field(default_factory=list)
-    kb_name: str | None = None
-    load: Callable[[], Any] | None = field(default=None, repr=False)
-    passage_encoder: Any = field(default=None, repr=False)
-    read_only: str | None = None
-    host: Host | None = field(default=None, repr=False)  # where the model loads and computes (worker.ModelThread)
 
 
 class Server:

@@ -2,20 +2,23 @@
 describe exactly what the server takes and gives (the contract: docs/serve API, ``openbook serve --help``).
 
 The caps here (:data:`MAX_K`, :data:`MAX_BEAMS`, :data:`MAX_NEW_TOKENS`, :data:`MAX_QUESTIONS`,
-:data:`MAX_EDIT`) bound the work one request may ask for; the longest question is a server flag
-(``--max-question-chars``), checked by the app.
+:data:`MAX_ROWS`, :data:`MAX_EDIT`) bound the work one request may ask for; the longest question is a server flag
+(``--max-question-chars``), checked by the app. :data:`MAX_ROWS` also bounds what the worker gathers into one
+batch: the other caps alone would let one request decode 32 x 20 x 8 = 5,120 sequences at once; decoding's memory
+grows with them (``bench/ask_memory.py``: the default model's peak at 256).
 """
 
 from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
 MAX_K = 20  # passages per question (the paper's test-time sweep peaks well below this)
 MAX_BEAMS = 8
 MAX_NEW_TOKENS = 64  # short answers; `openbook ask` goes further offline
 MAX_QUESTIONS = 32  # questions in one request
+MAX_ROWS = 256  # sequences decoded at once, questions x k x beams (one request, and one server batch)
 MAX_EDIT = 256  # passages (or ids) in one admin edit
 MAX_TEXT = 20_000  # characters of one passage's text or title
 
@@ -59,6 +62,18 @@ class AskRequest(Strict):
                          "greedy), then `done` with the response object (or `error`)")
 
     _questions = field_validator("question")(_check_questions)
+
+    @field_validator("beams")
+    @classmethod
+    def _bounded_rows(cls, beams: int, info: ValidationInfo) -> int:
+        question, k = info.data.get("question"), info.data.get("k")
+        if question is None or k is None:  # already refused
+            return beams
+        n = 1 if isinstance(question, str) else len(question)
+        if n * k * beams > MAX_ROWS:
+            raise ValueError(f"questions x k x beams = {n} x {k} x {beams} = {n * k * beams} sequences, above the cap "
+                             f"of {MAX_ROWS}: ask fewer questions at once, or lower k or beams")
+        return beams
 
 
 class RetrieveRequest(Strict):

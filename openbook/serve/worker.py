@@ -9,7 +9,7 @@ The event loop never computes: an endpoint puts a :class:`Job` on the worker's b
 (:meth:`Worker.submit`, :class:`QueueFull` when full) and awaits its asyncio future, which the worker
 resolves from its thread with ``loop.call_soon_threadsafe``. The worker takes the oldest job and gathers
 every queued job with the same options (:attr:`Job.key`) until the batch holds ``max_batch_size``
-questions or ``max_wait_ms`` have passed since the oldest job arrived; then it answers them in one
+questions (or ``max_batch_rows`` sequences, questions x k x beams: :attr:`Job.rows`) or ``max_wait_ms`` have passed since the oldest job arrived; then it answers them in one
 ``rag.ask`` (or ``rag.retrieve``) call, under one lease of the current knowledge base
 (:class:`~openbook.serve.books.Books`), so every answer of a batch comes from the same version. Jobs whose
 client has gone (disconnected or timed out: :meth:`Job.drop`) are left out before computing. Admin
@@ -31,6 +31,7 @@ from typing import Any
 import torch
 
 from openbook.serve.books import Book, Books
+from openbook.serve.schemas import MAX_ROWS
 
 
 class QueueFull(Exception):
@@ -61,6 +62,11 @@ class Job:
         if self.kind == "call":
             return ("call", id(self))
         return (self.kind, *sorted(self.options.items()))
+
+    @property
+    def rows(self) -> int:
+        """Sequences this job adds to a batch: questions x k x beams (what a batch's memory grows with)."""
+        return len(self.questions) * (self.options.get("k") or 1) * (self.options.get("num_beams") or 1)
 
     def drop(self) -> None:
         """The client has gone: do not compute this job (if it has not run yet)."""
@@ -123,10 +129,11 @@ def on_host(host: Host | None, fn: Callable[[], Any]) -> asyncio.Future:
 class Worker:
     """The thread that owns ``rag`` (module docs)."""
 
-    def __init__(self, rag, books: Books, max_batch_size: int = 8, max_wait_ms: float = 10.0, max_queue: int = 64,
-                 metrics=None, host: Host | None = None):
+    def __init__(self, rag, books: Books, max_batch_size: int = 16, max_wait_ms: float = 10.0, max_queue: int = 64,
+                 metrics=None, host: Host | None = None, max_batch_rows: int = MAX_ROWS):
         self.rag, self.books = rag, books
         self.max_batch_size, self.max_wait = max_batch_size, max_wait_ms / 1000.0
+        self.max_batch_rows = max_batch_rows
         self.max_queue, self.metrics = max_queue, metrics
         self._pending: deque[Job] = deque()
         self._cond = threading.Condition()
@@ -201,14 +208,17 @@ class Worker:
                 self._cond.wait()
             first = self._pending[0]
             deadline = first.enqueued + self.max_wait
+            per_question = first.rows // max(1, len(first.questions))
             while True:
-                batch, size = [], 0
+                batch, size, rows = [], 0, 0
                 for job in self._pending:
-                    if job.key == first.key and (not batch or size + len(job.questions) <= self.max_batch_size):
+                    if job.key == first.key and (not batch or (size + len(job.questions) <= self.max_batch_size
+                                                               and rows + job.rows <= self.max_batch_rows)):
                         batch.append(job)
-                        size += len(job.questions)
+                        size, rows = size + len(job.questions), rows + job.rows
                 now = time.perf_counter()
-                if first.kind == "call" or size >= self.max_batch_size or now >= deadline or self._stopping:
+                full = size >= self.max_batch_size or rows + per_question > self.max_batch_rows
+                if first.kind == "call" or full or now >= deadline or self._stopping:
                     break
                 self._cond.wait(deadline - now)
             for job in batch:
