@@ -23,7 +23,7 @@ class ServeConfig:
 
     kb_root: str | None = None
     admin_token: str | None = None
-    max_batch_size: int = 16  # serve_load: rag.ask's own gain over batch 1 is ~1.39x at 8, ~1.59x at 16 here
+    max_batch_size: int = 8  # serve_load runs 9 and 10: batches of 16 gained no more than 8 (1.43x vs 1.39x)
     max_wait_ms: float = 10.0
     max_queue: int = 64
     timeout_s: float = 60.0

@@ -129,7 +129,7 @@ def on_host(host: Host | None, fn: Callable[[], Any]) -> asyncio.Future:
 class Worker:
     """The thread that owns ``rag`` (module docs)."""
 
-    def __init__(self, rag, books: Books, max_batch_size: int = 16, max_wait_ms: float = 10.0, max_queue: int = 64,
+    def __init__(self, rag, books: Books, max_batch_size: int = 8, max_wait_ms: float = 10.0, max_queue: int = 64,
                  metrics=None, host: Host | None = None, max_batch_rows: int = MAX_ROWS):
         self.rag, self.books = rag, books
         self.max_batch_size, self.max_wait = max_batch_size, max_wait_ms / 1000.0
