@@ -422,10 +422,11 @@ def test_help_is_instant_and_imports_no_ml_libraries():
         "import sys, contextlib, io\n"
         "from openbook.cli import main\n"
         "with contextlib.redirect_stdout(io.StringIO()) as out:\n"
-        "    codes = [main(['--help']), main(['ask', '--help'])]\n"
-        "assert codes == [0, 0], codes\n"
-        "assert '--decoding' in out.getvalue()\n"
-        "heavy = sorted(m for m in ('torch', 'transformers', 'faiss', 'numpy', 'openbook.rag') if m in sys.modules)\n"
+        "    codes = [main(['--help']), main(['ask', '--help']), main(['serve', '--help'])]\n"
+        "assert codes == [0, 0, 0], codes\n"
+        "assert '--decoding' in out.getvalue() and '--max-batch-size' in out.getvalue()\n"
+        "heavy = sorted(m for m in ('torch', 'transformers', 'faiss', 'numpy', 'openbook.rag', 'fastapi', 'uvicorn')\n"
+        "               if m in sys.modules)\n"
         "print(heavy)\n"
     )
     result = python("-c", probe)
