@@ -5,16 +5,15 @@ model's loading and the worker's loop to its main thread (and serves HTTP from a
 same answers 1.26x faster in the main thread than in another thread of the same process
 (``bench/thread_speed.py``, docs/thread_speed.txt).
 
-The event loop never computes: an endpoint puts a :class:`Job` on the worker's bounded queue
-(:meth:`Worker.submit`, :class:`QueueFull` when full) and awaits its asyncio future, which the worker
-resolves from its thread with ``loop.call_soon_threadsafe``. The worker takes the oldest job and gathers
-every queued job with the same options (:attr:`Job.key`) until the batch holds ``max_batch_size``
-questions (or ``max_batch_rows`` sequences, questions x k x beams: :attr:`Job.rows`) or ``max_wait_ms`` have passed since the oldest job arrived; then it answers them in one
+The event loop never computes: an endpoint puts a :class:`Job` on the worker's bounded queue (:meth:`Worker.submit`,
+:class:`QueueFull` when full) and awaits its asyncio future, which the worker resolves from its thread with
+``loop.call_soon_threadsafe``. The worker takes the oldest job and gathers every queued job with the same options
+(:attr:`Job.key`) until the batch holds ``max_batch_size`` questions (or ``max_batch_rows`` sequences, questions x k
+x beams: :attr:`Job.rows`) or ``max_wait_ms`` have passed since the oldest job arrived; then it answers them in one
 ``rag.ask`` (or ``rag.retrieve``) call, under one lease of the current knowledge base
-(:class:`~openbook.serve.books.Books`), so every answer of a batch comes from the same version. Jobs whose
-client has gone (disconnected or timed out: :meth:`Job.drop`) are left out before computing. Admin
-edits run here too (``kind="call"``), one at a time between batches, so the model and its encoders are
-only ever used from this thread.
+(:class:`~openbook.serve.books.Books`), so every answer of a batch comes from the same version. Jobs whose client
+has gone (disconnected or timed out: :meth:`Job.drop`) are left out before computing. Admin edits run here too
+(``kind="call"``), one at a time between batches, so the model and its encoders are only ever used from this thread.
 """
 
 from __future__ import annotations
