@@ -226,6 +226,26 @@ def test_bad_input_is_a_4xx_naming_the_field(tiny, payload, status, field):
     run(go())
 
 
+def test_a_request_without_k_gets_the_servers_k(tiny):
+    """`openbook serve --k N` (the model's k) is what a request that names no k gets; a request's own k wins."""
+    root, rag, encoder = tiny
+    previous, rag.k = rag.k, 2
+    try:
+        async def go():
+            async with client(create_app(config(root, encoder), rag=rag)) as http:
+                asked = await http.post("/v1/ask", json={"question": "capital of france", "max_new_tokens": 2})
+                retrieved = await http.post("/v1/retrieve", json={"question": "capital of france"})
+                own = await http.post("/v1/retrieve", json={"question": "capital of france", "k": 3})
+            return asked.json(), retrieved.json(), own.json()
+
+        asked, retrieved, own = run(go())
+    finally:
+        rag.k = previous
+    assert len(asked["answers"][0]["passages"]) == 2
+    assert len(retrieved["results"][0]["passages"]) == 2
+    assert len(own["results"][0]["passages"]) == 3
+
+
 def test_health_readiness_metrics_and_openapi(tiny):
     root, rag, encoder = tiny
 

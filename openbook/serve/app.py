@@ -38,6 +38,7 @@ class Server:
         self.metrics = Metrics()
         self.rag = None
         self.default_model = "rag-sequence"
+        self.default_k = 5  # a request without k gets the model's (openbook serve --k)
         self.books: Books | None = None
         self.worker: Worker | None = None
         self.load_error: str | None = None
@@ -53,6 +54,7 @@ class Server:
         """Serve ``rag``: its knowledge base becomes the current book and the worker starts."""
         self.rag = rag
         self.default_model = rag.model_type  # read here: the worker switches rag.model_type per batch
+        self.default_k = rag.k
         self.books = Books(rag.kb, self.config.kb_name, self.config.kb_root)
         self.worker = Worker(rag, self.books, self.config.max_batch_size, self.config.max_wait_ms,
                              self.config.max_queue, self.metrics, self.config.host)

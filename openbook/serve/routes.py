@@ -60,7 +60,13 @@ def install_routes(app: FastAPI, server, static: Path) -> None:
         questions = _questions(body.question, config.max_question_chars)
         server.check_ready()
         model = body.model or server.default_model
-        options = {"k": body.k, "num_beams": body.beams, "max_new_tokens": body.max_new_tokens,
+        k = server.default_k if body.k is None else body.k
+        try:
+            s.check_sequences(len(questions), k, body.beams)
+        except ValueError as error:
+            field = "beams" if body.beams > 1 else "k"
+            raise ApiError(422, f"{field}: {error}", field) from None
+        options = {"k": k, "num_beams": body.beams, "max_new_tokens": body.max_new_tokens,
                    "retriever": body.retriever, "model": model,
                    "decoding": body.decoding if model == "rag-sequence" else "fast"}
         if not body.stream:
@@ -74,7 +80,8 @@ def install_routes(app: FastAPI, server, static: Path) -> None:
     async def retrieve(body: s.RetrieveRequest, request: Request):
         """The top-k passages of each question with their scores and p(z|x), from the current knowledge base."""
         questions = _questions(body.question, config.max_question_chars)
-        job = server.submit("retrieve", questions, {"k": body.k, "retriever": body.retriever})
+        job = server.submit("retrieve", questions, {"k": server.default_k if body.k is None else body.k,
+                                                    "retriever": body.retriever})
         result = await server.wait(job, request)
         results = [{"question": q, "passages": _passages(passages, scores, probs)}
                    for q, (passages, scores, probs) in zip(questions, result.output)]

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 MAX_K = 20  # passages per question (the paper's test-time sweep peaks well below this)
 MAX_BEAMS = 8
@@ -36,6 +36,13 @@ class Strict(BaseModel):
 Questions = str | list[str]
 
 
+def check_sequences(questions: int, k: int, beams: int) -> None:
+    """Refuse (``ValueError``) a request that would decode more than :data:`MAX_ROWS` sequences at once."""
+    if questions * k * beams > MAX_ROWS:
+        raise ValueError(f"questions x k x beams = {questions} x {k} x {beams} = {questions * k * beams} sequences, "
+                         f"above the cap of {MAX_ROWS}: ask fewer questions at once, or lower k or beams")
+
+
 def _check_questions(value: Questions) -> Questions:
     items = [value] if isinstance(value, str) else value
     if not items:
@@ -51,7 +58,8 @@ def _check_questions(value: Questions) -> Questions:
 
 class AskRequest(Strict):
     question: Questions = Field(description=f"one question, or a list of at most {MAX_QUESTIONS}")
-    k: int = Field(5, ge=1, le=MAX_K, description="passages retrieved per question")
+    k: int | None = Field(None, ge=1, le=MAX_K, description="passages retrieved per question (null: the server's "
+                          "k, `openbook serve --k`, else the model's)")
     model: Model | None = Field(None, description="rag-sequence or rag-token (null: the server's model)")
     decoding: Decoding = Field("fast", description="RAG-Sequence decoding: fast, thorough or lazy (fast's answer "
                                "from only the passages that decide it; no posterior for the others)")
@@ -63,22 +71,10 @@ class AskRequest(Strict):
 
     _questions = field_validator("question")(_check_questions)
 
-    @field_validator("beams")
-    @classmethod
-    def _bounded_rows(cls, beams: int, info: ValidationInfo) -> int:
-        question, k = info.data.get("question"), info.data.get("k")
-        if question is None or k is None:  # already refused
-            return beams
-        n = 1 if isinstance(question, str) else len(question)
-        if n * k * beams > MAX_ROWS:
-            raise ValueError(f"questions x k x beams = {n} x {k} x {beams} = {n * k * beams} sequences, above the cap "
-                             f"of {MAX_ROWS}: ask fewer questions at once, or lower k or beams")
-        return beams
-
 
 class RetrieveRequest(Strict):
     question: Questions = Field(description=f"one question, or a list of at most {MAX_QUESTIONS}")
-    k: int = Field(5, ge=1, le=MAX_K)
+    k: int | None = Field(None, ge=1, le=MAX_K, description="passages per question (null: the server's k)")
     retriever: RetrieverName = "dense"
 
     _questions = field_validator("question")(_check_questions)
