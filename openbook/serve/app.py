@@ -38,7 +38,7 @@ class Server:
         self.metrics = Metrics()
         self.rag = None
         self.default_model = "rag-sequence"
-        self.default_k = 5  # a request without k gets the model's (openbook serve --k)
+        self.default_k: int | None = None  # the model's k (openbook serve --k), set by attach
         self.books: Books | None = None
         self.worker: Worker | None = None
         self.load_error: str | None = None
@@ -65,6 +65,11 @@ class Server:
             self.attach(self.config.load())
         except Exception as error:  # shown by /readyz (`openbook serve` exits with the error)
             self.load_error = str(error)
+
+    def k_for(self, requested: int | None) -> int:
+        """A request's k: its own, else the served model's (``openbook serve --k``)."""
+        self.check_ready()
+        return self.default_k if requested is None else requested
 
     def check_ready(self) -> None:
         if not self.ready:

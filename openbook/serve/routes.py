@@ -60,7 +60,7 @@ def install_routes(app: FastAPI, server, static: Path) -> None:
         questions = _questions(body.question, config.max_question_chars)
         server.check_ready()
         model = body.model or server.default_model
-        k = server.default_k if body.k is None else body.k
+        k = server.k_for(body.k)
         try:
             s.check_sequences(len(questions), k, body.beams)
         except ValueError as error:
@@ -80,8 +80,7 @@ def install_routes(app: FastAPI, server, static: Path) -> None:
     async def retrieve(body: s.RetrieveRequest, request: Request):
         """The top-k passages of each question with their scores and p(z|x), from the current knowledge base."""
         questions = _questions(body.question, config.max_question_chars)
-        job = server.submit("retrieve", questions, {"k": server.default_k if body.k is None else body.k,
-                                                    "retriever": body.retriever})
+        job = server.submit("retrieve", questions, {"k": server.k_for(body.k), "retriever": body.retriever})
         result = await server.wait(job, request)
         results = [{"question": q, "passages": _passages(passages, scores, probs)}
                    for q, (passages, scores, probs) in zip(questions, result.output)]
