@@ -33,7 +33,11 @@ def main() -> None:
     from openbook.commands import options
 
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    options.add_options(p, "model", "run", "kb", "generator", "untrained", "encoder", "dtype", "device")
+    from openbook.commands.ask import ASK_DEFAULTS
+
+    # openbook serve's compute type (its default is openbook ask's), not load_model's float32
+    options.add_options(p, "model", "run", "kb", "generator", "untrained", "encoder", "dtype", "device",
+                        defaults={"dtype": ASK_DEFAULTS["dtype"]})
     p.add_argument("--questions", type=int, default=2, help="questions in the batch (default: %(default)s)")
     p.add_argument("--k", type=int, default=16, help="passages per question (default: %(default)s)")
     p.add_argument("--beams", type=int, default=8, help="beam size (default: %(default)s)")
@@ -55,7 +59,7 @@ def main() -> None:
         print(f"{question!r} -> {answer.answer!r}")
     print(json.dumps({"sequences": args.questions * args.k * args.beams, "questions": args.questions, "k": args.k,
                       "beams": args.beams, "decoding": args.decoding, "max_new_tokens": args.max_new_tokens,
-                      "loaded_rss_mb": loaded, "peak_rss_mb": peak, "batch_rss_mb": round(peak - loaded, 1),
+                      "dtype": args.dtype, "loaded_rss_mb": loaded, "peak_rss_mb": peak, "batch_rss_mb": round(peak - loaded, 1),
                       "seconds": round(seconds, 1)}))
 
 

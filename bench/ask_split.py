@@ -50,7 +50,11 @@ def main() -> None:
     from openbook.commands import options
 
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    options.add_options(p, "model", "run", "kb", "generator", "untrained", "encoder", "k", "dtype", "device")
+    from openbook.commands.ask import ASK_DEFAULTS
+
+    # openbook ask's (and openbook serve's) compute type, as bench/serve_load.py's: not load_model's float32
+    options.add_options(p, "model", "run", "kb", "generator", "untrained", "encoder", "k", "dtype", "device",
+                        defaults={"dtype": ASK_DEFAULTS["dtype"]})
     p.add_argument("--questions", type=int, default=16, help="questions, and the batch size (default: %(default)s)")
     p.add_argument("--rounds", type=int, default=2, help="timed rounds of each mode (default: %(default)s)")
     args = p.parse_args()
@@ -80,7 +84,8 @@ def main() -> None:
                 best[mode] = row
     single, batched = best["single"], best["batched"]
     print(json.dumps({
-        **best, "questions": len(questions), "settings": settings,
+        **best, "questions": len(questions), "settings": settings, "dtype": args.dtype,
+        "parameter_dtype": str(next(rag.generator.model.parameters()).dtype).removeprefix("torch."),
         "total_speedup": round(single["total_s"] / batched["total_s"], 2),
         "prefill_speedup": round(single["prefill_s"] / batched["prefill_s"], 2),
         "decode_speedup": round(single["decode_s"] / batched["decode_s"], 2),
