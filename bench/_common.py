@@ -16,6 +16,10 @@ BART_BASE = dict(vocab_size=50265, d_model=768, encoder_layers=6, decoder_layers
 
 
 def quiet() -> None:
+    import logging
+
+    for name in ("torchao", "torch.utils._pytree"):  # torchao's import-time noise, as openbook's CLI quiets it
+        logging.getLogger(name).setLevel(logging.ERROR)
     from transformers.utils import logging as hf_logging
 
     hf_logging.set_verbosity_error()

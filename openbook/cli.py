@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import importlib
+import logging
 import os
 import sys
 import warnings
@@ -63,6 +64,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     except SystemExit as stop:  # --help, --version, usage errors
         return _exit_code(stop.code)
 
+    # With torchao installed (``kb build --compile``), transformers and peft import it: it logs that its CUDA
+    # kernels cannot load on a CPU-only torch, and torch that torchao calls a deprecated registration. Neither
+    # matters to a command; their errors still print.
+    for name in ("torchao", "torch.utils._pytree"):
+        logging.getLogger(name).setLevel(logging.ERROR)
     with warnings.catch_warnings():
         warnings.showwarning = _show_warning
         try:

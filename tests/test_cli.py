@@ -457,3 +457,13 @@ def test_ask_run_loads_the_trained_model(monkeypatch, capsys):
     given = [(run, kb, {key: value for key, value in overrides.items() if value is not None})
              for run, kb, overrides in calls]
     assert given == [("runs/x", None, {}), ("runs/x", "kb2", {"model": "rag-sequence"})]
+
+
+def test_commands_keep_torchaos_import_noise_off_the_terminal():
+    # transformers imports torchao whenever it is installed (kb build --compile's extra): torchao then logs
+    # that its CUDA kernels cannot load here and torch warns about a deprecated registration in it
+    pytest.importorskip("torchao")
+    script = ("import sys; from openbook.cli import main; code = main(['kb', 'info', '/nonexistent/kb']); "
+              "import openbook.models.loading; sys.exit(code)")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr  # only openbook's own error line

@@ -286,3 +286,25 @@ def test_build_with_int8_encoding_stays_within_int8_rounding_of_float32(capsys, 
     assert ids[0] == ids[1] and len(ids[0]) == fp32.num_rows > 0
     difference = np.abs(np.asarray(int8.embeddings) - np.asarray(fp32.embeddings)).max()
     assert 0 < difference <= int8_bound(encoder.model.config, scale=1.0)  # unit vectors: see test_int8
+
+
+def test_build_with_compiled_int8_encoding_stays_within_int8_rounding_of_float32(capsys, tmp_path, corpus_dir,
+                                                                                monkeypatch):
+    import shutil
+
+    from test_int8 import int8_bound
+    from test_rag_model import tiny_encoder
+
+    pytest.importorskip("torchao")
+    if not (shutil.which("g++") or shutil.which("clang++")):
+        pytest.skip("no C++ compiler (g++ or clang++): TorchInductor cannot compile here")
+    encoder = tiny_encoder()
+    monkeypatch.setattr(kb_commands, "load_encoder", lambda name: encoder)
+    build_kb(capsys, corpus_dir, tmp_path / "fp32")
+    build_kb(capsys, corpus_dir, tmp_path / "int8c", "--encode-dtype", "int8", "--compile")
+    assert "int8" in encoder.__dict__["_compiled_cache"]  # the build went through the compiled copy
+    fp32, int8 = (KnowledgeBase.load(tmp_path / name) for name in ("fp32", "int8c"))
+    ids = [[p.id for p in kb.store.get(range(kb.num_rows))] for kb in (fp32, int8)]
+    assert ids[0] == ids[1] and len(ids[0]) == fp32.num_rows > 0
+    difference = np.abs(np.asarray(int8.embeddings) - np.asarray(fp32.embeddings)).max()
+    assert 0 < difference <= int8_bound(encoder.model.config, scale=1.0)

@@ -100,6 +100,11 @@ def _register_build(actions) -> None:
                        help="compute type of the document encoder: bfloat16 is faster where the CPU has it natively, "
                             "int8 (dynamic quantisation) on x86 CPUs (auto: bfloat16 there, else float32); default: "
                             "float32 (bench/build_throughput.py compares their speed and NQ recall@5)")
+    build.add_argument("--compile", action="store_true",
+                       help="encode with a TorchInductor-compiled copy of the encoder, compiled first (tens of "
+                            "seconds): with --encode-dtype int8 it quantises through torchao and is the fastest "
+                            "way here (bench/build_throughput.py); needs a C++ compiler, and torchao for int8 "
+                            "(pip install 'openbook[compile]')")
     build.add_argument("--ray", nargs="?", const="", default=None, metavar="ADDRESS",
                        help="encode on a Ray cluster (Ray Data actor pool, one encoder per actor): the one at "
                             "ADDRESS (e.g. auto or ray://head:10001), or without ADDRESS a local Ray with this "

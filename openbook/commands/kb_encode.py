@@ -12,18 +12,20 @@ from pathlib import Path
 RAY_BATCH = 4096  # with --ray each batch is one Ray Data job (actors start anew): make it worth their start-up
 
 
-def encode_fn(encoder, dtype: str | None = None):
+def encode_fn(encoder, dtype: str | None = None, compile: bool = False):
     """``encode_passages`` for builds and edits: length-sorted batches of the encoder's ``PASSAGE_BATCH``, in
-    ``dtype`` (None: the encoder's own, float32)."""
-    return encoder.encode_passages if dtype is None else functools.partial(encoder.encode_passages, dtype=dtype)
+    ``dtype`` (None: the encoder's own, float32), by a compiled copy of the model with ``compile``."""
+    if dtype is None and not compile:
+        return encoder.encode_passages
+    return functools.partial(encoder.encode_passages, dtype=dtype, compile=compile)
 
 
-def load_encode_passages(name: str, dtype: str | None = None):
+def load_encode_passages(name: str, dtype: str | None = None, compile: bool = False):
     """``encode_passages`` of the encoder called ``name``, loaded here: what each ``--ray`` actor runs
     (a top-level function, so ``functools.partial(load_encode_passages, name)`` pickles by reference)."""
     from openbook.models import load_encoder as load
 
-    return encode_fn(load(name), dtype)
+    return encode_fn(load(name), dtype, compile)
 
 
 @contextlib.contextmanager
@@ -33,13 +35,13 @@ def build_encode_passages(args: argparse.Namespace, encoder):
 
     dtype = resolve_dtype(args.encode_dtype) if args.encode_dtype else None
     if args.ray is None:
-        yield encode_fn(encoder, dtype)
+        yield encode_fn(encoder, dtype, args.compile)
         return
     from openbook.index.kb.ray_encode import RayEncodePassages
 
     name = args.encoder or "default"
     if Path(name).exists():  # the actors may run in another directory (or on another machine's same path)
         name = str(Path(name).resolve())
-    make_encode = functools.partial(load_encode_passages, name, dtype)
+    make_encode = functools.partial(load_encode_passages, name, dtype, args.compile)
     with RayEncodePassages(make_encode, args.ray_workers, args.ray or None) as ray:
         yield ray

@@ -27,18 +27,17 @@ from __future__ import annotations
 
 import copy
 import hashlib
-import json
 import warnings
 from contextlib import contextmanager
 from typing import Iterator, Protocol, Sequence
 
 import numpy as np
 import torch
-from transformers import AutoConfig, AutoModel, AutoTokenizer, DPRContextEncoder, DPRQuestionEncoder
-from transformers.utils import cached_file
+from transformers import AutoConfig, AutoTokenizer
 
-from openbook.errors import InputError, ModelLoadError, positive_int
+from openbook.errors import InputError, positive_int
 from openbook.models.device import module_device
+from openbook.models.encoder_settings import detect_settings, model_class
 
 POOLINGS = ("mean", "cls", "pooler")
 PASSAGE_FORMATS = ("pair", "joined")
@@ -49,7 +48,6 @@ MAX_LENGTH_CAP = 512
 # (`PYTHONPATH=. .venv/bin/python bench/build_throughput.py`, docs/build_throughput.txt), passages/s at 16 vs 64:
 # float32 80.4 vs 74.8, int8 190.1 vs 151.4, bfloat16 124.5 vs 130.3.
 PASSAGE_BATCH = 16
-_DPR_CLASSES = {"DPRQuestionEncoder": DPRQuestionEncoder, "DPRContextEncoder": DPRContextEncoder}
 NORMALIZED_SCORE_SCALE = 20.0
 
 
@@ -88,7 +86,8 @@ class Encoder(torch.nn.Module):
             :func:`openbook.models.precision.quantize_int8`). ``forward`` (training) always runs in float32.
             float32 is the default because bfloat16 measured slower on CPU without AMX and reordered top-5
             results for 1 question in 100 (``bench/encode_speed.py``); int8 encodes 1.4x faster than float32
-            on an AVX2 CPU and keeps NQ gold recall@5 (``bench/build_throughput.py``).
+            on an AVX2 CPU and keeps NQ gold recall@5 (``bench/build_throughput.py``). Any of them can also
+            run compiled (``encode_passages(compile=True)``, ``kb build --compile``).
     """
 
     def __init__(
@@ -148,8 +147,8 @@ class Encoder(torch.nn.Module):
         """
         source = str(name_or_path)
         config = AutoConfig.from_pretrained(source, trust_remote_code=False, **hf_kwargs)
-        detected = _detect_settings(source, config, hf_kwargs)
-        model = _model_class(config).from_pretrained(source, dtype=torch.float32, trust_remote_code=False, **hf_kwargs)
+        detected = detect_settings(source, config, hf_kwargs)
+        model = model_class(config).from_pretrained(source, dtype=torch.float32, trust_remote_code=False, **hf_kwargs)
         tokenizer = AutoTokenizer.from_pretrained(source, trust_remote_code=False, **hf_kwargs)
         return cls(
             model,
@@ -181,14 +180,18 @@ class Encoder(torch.nn.Module):
         progress: bool = False,
         dtype: str | None = None,
         sort: bool = True,
+        compile: bool = False,
     ) -> np.ndarray:
         """Encode passages (objects with ``.title`` and ``.text``) as the document encoder d(z).
 
         Returns a ``(n, d)`` float32 array in input order. Passages longer than ``max_length`` tokens
         are truncated silently (the usual practice for 100-word passages). ``sort=False`` batches in
-        input order instead of by length (slower; kept for benchmarks and checks).
+        input order instead of by length (slower; kept for benchmarks and checks). ``compile=True`` runs a
+        TorchInductor-compiled copy of the model (:func:`openbook.models.precision.compile_for_inference`;
+        int8 through torchao), compiled on the first call (tens of seconds) and kept for the next ones: for
+        corpora, where int8 encodes fastest this way (``bench/build_throughput.py``).
         """
-        return self._encode(self.tokenize_passages(passages), batch_size, dtype, progress, sort)
+        return self._encode(self.tokenize_passages(passages), batch_size, dtype, progress, sort, compile)
 
     @property
     def dim(self) -> int:
@@ -266,7 +269,8 @@ class Encoder(torch.nn.Module):
     # ----------------------------------------------------------------------------------- encoding
 
     def _encode(
-        self, features: list[Features], batch_size: int, dtype: str | None, progress: bool = False, sort: bool = True
+        self, features: list[Features], batch_size: int, dtype: str | None, progress: bool = False, sort: bool = True,
+        compile: bool = False,
     ) -> np.ndarray:
         """Embed without gradients in length-sorted batches, on the model's :attr:`device`; rows come back in
         input order, as a numpy array on the host."""
@@ -279,10 +283,17 @@ class Encoder(torch.nn.Module):
         batches = [order[start : start + batch_size] for start in range(0, len(order), batch_size)]
         parts = []
         dtype = dtype or self.compute_dtype
-        model = self._int8_model() if dtype == "int8" else self.model
+        if compile:
+            model = self._compiled_model(dtype)
+        else:
+            model = self._int8_model() if dtype == "int8" else self.model
         with self._inference(dtype):
             for batch in _progress(batches, progress):
-                parts.append(self._embed([features[i] for i in batch], model).float().cpu().numpy())
+                rows = [features[i] for i in batch]
+                # a compiled model's shapes are symbolic, but size 1 is specialised: a lone last row would
+                # compile a second graph, so it goes twice
+                vectors = self._embed(rows * 2 if compile and len(rows) == 1 else rows, model)[: len(rows)]
+                parts.append(vectors.float().cpu().numpy())
         out = np.empty((len(features), parts[0].shape[1]), dtype=np.float32)
         out[order] = np.concatenate(parts)
         return out
@@ -291,7 +302,7 @@ class Encoder(torch.nn.Module):
         """Run the model (or ``model``, its int8 copy) on a batch of tokenized texts and pool (and normalise)."""
         inputs = pad_features(features, self.tokenizer.pad_token_id or 0, self.tokenizer.padding_side)
         inputs = {key: value.to(self.device) for key, value in inputs.items()}
-        outputs = (model or self.model)(**inputs)
+        outputs = (self.model if model is None else model)(**inputs)
         vectors = pool(outputs, inputs["attention_mask"], self.pooling)
         if self.normalize:
             vectors = torch.nn.functional.normalize(vectors, p=2, dim=-1)
@@ -314,6 +325,18 @@ class Encoder(torch.nn.Module):
         if cached is None or cached[0] != version:
             cached = self._int8_cache = (version, quantize_int8(copy.deepcopy(self.model).eval()))
         return cached[1]
+
+    def _compiled_model(self, dtype: str) -> torch.nn.Module:
+        """A compiled copy of the model for ``dtype`` (:func:`openbook.models.precision.compile_for_inference`),
+        kept like :meth:`_int8_model`'s copy: outside the module tree, rebuilt when a weight changed."""
+        from openbook.models.precision import compile_for_inference, resolve_dtype
+
+        resolve_dtype(dtype, self.device.type)
+        version = tuple(p._version for p in self.model.parameters())
+        cache = self.__dict__.setdefault("_compiled_cache", {})
+        if dtype not in cache or cache[dtype][0] != version:
+            cache[dtype] = (version, compile_for_inference(copy.deepcopy(self.model).eval(), dtype))
+        return cache[dtype][1]
 
     @contextmanager
     def _inference(self, dtype: str) -> Iterator[None]:
@@ -388,69 +411,6 @@ def default_max_length(tokenizer, config) -> int:
     if positions:
         limits.append(positions)
     return int(min(limits))
-
-
-def _detect_settings(source: str, config, hf_kwargs: dict) -> dict:
-    """Pooling, normalisation, max length and passage format for the model at ``source``."""
-    modules = _read_json(source, "modules.json", hf_kwargs)
-    if modules is not None:
-        return _sentence_transformers_settings(source, modules, hf_kwargs)
-    pooling = "pooler" if getattr(config, "model_type", None) == "dpr" else "cls"
-    return {"pooling": pooling, "normalize": False, "max_length": None, "passage_format": "pair"}
-
-
-def _sentence_transformers_settings(source: str, modules: list[dict], hf_kwargs: dict) -> dict:
-    """Read pooling mode, Normalize module and ``max_seq_length`` of a sentence-transformers folder."""
-    kinds = {module.get("type", "").rsplit(".", 1)[-1]: module for module in modules}
-    unsupported = sorted(set(kinds) - {"Transformer", "Pooling", "Normalize"})
-    if unsupported:
-        raise ModelLoadError(
-            f"sentence-transformers model {source!r} has modules openbook does not support: {', '.join(unsupported)}"
-        )
-    pooling = "mean"
-    if "Pooling" in kinds:
-        pooling_config = _read_json(source, f"{kinds['Pooling'].get('path', '1_Pooling')}/config.json", hf_kwargs) or {}
-        pooling = _pooling_mode(source, pooling_config)
-    st_config = _read_json(source, "sentence_bert_config.json", hf_kwargs) or {}
-    return {
-        "pooling": pooling,
-        "normalize": "Normalize" in kinds,
-        "max_length": st_config.get("max_seq_length"),
-        "passage_format": "joined",
-    }
-
-
-def _pooling_mode(source: str, pooling_config: dict) -> str:
-    """Map a sentence-transformers pooling config to ``"mean"`` or ``"cls"``."""
-    if pooling_config.get("pooling_mode_cls_token"):
-        return "cls"
-    if pooling_config.get("pooling_mode_mean_tokens", True):
-        return "mean"
-    modes = [key for key, value in pooling_config.items() if key.startswith("pooling_mode") and value]
-    raise ModelLoadError(f"sentence-transformers model {source!r} uses pooling {modes}; openbook supports mean and cls")
-
-
-def _read_json(source: str, filename: str, hf_kwargs: dict):
-    """A JSON file of a local folder or cached hub model, or None if the model has no such file."""
-    path = cached_file(
-        source,
-        filename,
-        _raise_exceptions_for_missing_entries=False,
-        _raise_exceptions_for_connection_errors=False,
-        **hf_kwargs,
-    )
-    if path is None:
-        return None
-    with open(path, encoding="utf-8") as handle:
-        return json.load(handle)
-
-
-def _model_class(config):
-    """``DPRQuestionEncoder``/``DPRContextEncoder`` for DPR checkpoints, else ``AutoModel``."""
-    for architecture in getattr(config, "architectures", None) or []:
-        if architecture in _DPR_CLASSES:
-            return _DPR_CLASSES[architecture]
-    return AutoModel
 
 
 def _check_choice(what: str, value: str, choices: tuple[str, ...]) -> str:

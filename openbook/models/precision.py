@@ -16,6 +16,7 @@ there, whatever the weights' type.
 
 from __future__ import annotations
 
+import os
 import warnings
 
 import torch
@@ -71,3 +72,33 @@ def quantize_int8(model: nn.Module) -> nn.Module:
     with warnings.catch_warnings():  # torch.ao's notice that eager quantisation moves to torchao some day
         warnings.simplefilter("ignore")
         return quantize_dynamic(model, spec, dtype=torch.qint8, inplace=True)
+
+
+def compile_for_inference(model: nn.Module, dtype: str) -> nn.Module:
+    """``model`` (changed in place: pass a copy) compiled by TorchInductor for inference in ``dtype``.
+
+    Dynamic shapes (one graph for every batch and length), frozen weights (constants Inductor folds and
+    packs for its CPU kernels). ``int8`` first quantises every ``nn.Linear`` but the output head with torchao's
+    dynamic int8 (``Int8DynamicActivationInt8WeightConfig``: one scale per token for the input, per output
+    channel for the weights), which Inductor lowers to fused integer matrix products; eager, these layers
+    are slower than float32, so int8 here always compiles. float32 and bfloat16 compile the model as it
+    is; call it under the caller's autocast, as the eager model. The first calls compile (tens of seconds
+    on 2 cores): worth it for a corpus, not for one batch. Needs a C++ compiler, and torchao for int8
+    (``pip install 'openbook[compile]'``); without them a one-line :class:`InputError`."""
+    import shutil
+
+    if not any(shutil.which(name) for name in (os.environ.get("CXX", ""), "g++", "clang++") if name):
+        raise InputError("compiling the encoder (--compile) needs a C++ compiler (g++ or clang++, or $CXX); "
+                         "none was found: install one or encode without --compile")
+    if dtype == "int8":
+        try:
+            from torchao.quantization import Int8DynamicActivationInt8WeightConfig, quantize_
+        except ImportError as error:
+            raise InputError("compiled int8 encoding (--compile with int8) needs torchao: "
+                             f"pip install 'openbook[compile]' ({error})") from None
+        head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            quantize_(model, Int8DynamicActivationInt8WeightConfig(),
+                      filter_fn=lambda module, _: type(module) is nn.Linear and module is not head)
+    return torch.compile(model, dynamic=True, options={"freezing": True})

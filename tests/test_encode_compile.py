@@ -1,0 +1,84 @@
+"""Compiled encoding (``encode_passages(compile=True)``, ``kb build --compile``): a TorchInductor-compiled copy of
+the document encoder, int8 through torchao's dynamic int8 layers (issue 12: encoding at 3x sentence-transformers).
+
+Compiling takes a C++ compiler; without one these tests skip (and the error test checks the message)."""
+
+from __future__ import annotations
+
+import shutil
+import sys
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+from openbook.errors import InputError
+from openbook.models import precision
+from test_int8 import int8_bound
+from test_rag_model import PASSAGES, tiny_encoder
+from tolerance import model_tolerance
+
+needs_compiler = pytest.mark.skipif(not (shutil.which("g++") or shutil.which("clang++")),
+                                    reason="no C++ compiler (g++ or clang++): TorchInductor cannot compile here")
+
+
+@pytest.fixture(scope="module")
+def encoder():
+    return tiny_encoder()
+
+
+def longest(encoder) -> int:
+    return max(len(f["input_ids"]) for f in encoder.tokenize_passages(PASSAGES))
+
+
+@needs_compiler
+def test_compiled_float32_encoding_is_the_eager_encoding(encoder):
+    # batches of 5 over 6 passages: the last batch is one row, which runs twice (a lone row would compile a
+    # second graph) and must come back as itself
+    assert len(PASSAGES) % 5 == 1
+    eager = encoder.encode_passages(PASSAGES, batch_size=5)
+    compiled = encoder.encode_passages(PASSAGES, batch_size=5, compile=True)
+    assert compiled.shape == eager.shape and compiled.dtype == np.float32
+    # unit vectors from the same float32 computation, with Inductor's own order of each reduction
+    atol = model_tolerance(1.0, encoder.model.config, length=longest(encoder))["atol"]
+    assert np.abs(compiled - eager).max() <= atol
+    assert encoder.encode_passages(PASSAGES[:1], compile=True).shape == (1, eager.shape[1])
+
+
+@needs_compiler
+def test_compiled_int8_quantises_every_linear_layer_with_torchao_and_stays_within_int8_rounding(encoder):
+    pytest.importorskip("torchao")
+    eager = encoder.encode_passages(PASSAGES, batch_size=4)
+    compiled = encoder.encode_passages(PASSAGES, batch_size=4, dtype="int8", compile=True)
+    model = encoder._compiled_model("int8")._orig_mod  # the copy torch.compile wraps
+    linears = [m for m in model.modules() if isinstance(m, nn.Linear)]
+    assert linears and all(type(m.weight) is not nn.Parameter and m.weight.__class__.__module__.startswith("torchao")
+                           for m in linears)
+    assert all(type(p) is nn.Parameter for p in encoder.model.parameters())  # the encoder itself is untouched
+    # torchao rounds each input row to 8 bits over its largest value and each weight row likewise, tighter
+    # than FBGEMM's 7-bit inputs that int8_bound allows for; then integer products, exact
+    difference = np.abs(compiled - eager).max()
+    assert 0 < difference <= int8_bound(encoder.model.config, scale=1.0)
+
+
+@needs_compiler
+def test_a_changed_weight_recompiles_the_copy(encoder):
+    first = encoder._compiled_model("float32")
+    assert encoder._compiled_model("float32") is first
+    with torch.no_grad():
+        encoder.model.embeddings.word_embeddings.weight.mul_(1.0)  # in place: the weights' version moves
+    assert encoder._compiled_model("float32") is not first
+
+
+def test_compiling_without_a_cxx_compiler_or_torchao_is_a_one_line_error(monkeypatch):
+    monkeypatch.setattr(shutil, "which", lambda name: None)
+    monkeypatch.delenv("CXX", raising=False)
+    with pytest.raises(InputError, match=r"needs a C\+\+ compiler .* none was found") as caught:
+        precision.compile_for_inference(nn.Linear(2, 2), "float32")
+    assert "\n" not in str(caught.value)
+    monkeypatch.setattr(shutil, "which", lambda name: "/usr/bin/g++")
+    monkeypatch.setitem(sys.modules, "torchao.quantization", None)  # import fails as if torchao were missing
+    with pytest.raises(InputError, match=r"needs torchao: pip install 'openbook\[compile\]'") as caught:
+        precision.compile_for_inference(nn.Linear(2, 2), "int8")
+    assert "\n" not in str(caught.value)
