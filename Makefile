@@ -46,8 +46,8 @@ demo: install
 	$(VENV)/bin/openbook ask "$(QUESTION)"
 
 # The tests also cover `kb build --compile` with int8, which needs torchao. It is an extra, not in the install
-# `make demo` uses: whenever torchao is installed, transformers imports it in every process (~0.8 s more for
-# each `openbook ask`).
+# `make demo` uses: whenever torchao is installed, transformers imports it in every process, which makes each
+# `openbook ask` start slower (`.venv/bin/python -X importtime -c "import openbook.models.loading"` shows by how much).
 $(TEST_STAMP): $(STAMP)
 	$(PIP) install -e '.[dev,scale,compile]'
 	@touch $@
