@@ -82,3 +82,28 @@ def test_compiling_without_a_cxx_compiler_or_torchao_is_a_one_line_error(monkeyp
     with pytest.raises(InputError, match=r"needs torchao: pip install 'openbook\[compile\]'") as caught:
         precision.compile_for_inference(nn.Linear(2, 2), "int8")
     assert "\n" not in str(caught.value)
+
+
+def test_kb_build_passes_compile_to_the_local_encoder_and_to_every_ray_actor(monkeypatch, encoder):
+    import argparse
+    import contextlib
+
+    from openbook.commands import kb_encode
+    from openbook.index.kb import ray_encode
+
+    args = argparse.Namespace(encode_dtype="int8", compile=True, ray=None, ray_workers=2, encoder="minilm")
+    with kb_encode.build_encode_passages(args, encoder) as encode:
+        assert encode.func == encoder.encode_passages and encode.keywords == {"dtype": "int8", "compile": True}
+    made = []
+
+    @contextlib.contextmanager
+    def fake_pool(make_encode, workers, address):
+        made.append((make_encode, workers, address))
+        yield "pool"
+
+    monkeypatch.setattr(ray_encode, "RayEncodePassages", fake_pool)
+    with kb_encode.build_encode_passages(argparse.Namespace(**{**vars(args), "ray": ""}), encoder) as encode:
+        assert encode == "pool"
+    (make_encode, workers, address), = made
+    assert make_encode.func is kb_encode.load_encode_passages and make_encode.args == ("minilm", "int8", True)
+    assert (workers, address) == (2, None)
