@@ -308,3 +308,16 @@ def test_build_with_compiled_int8_encoding_stays_within_int8_rounding_of_float32
     assert ids[0] == ids[1] and len(ids[0]) == fp32.num_rows > 0
     difference = np.abs(np.asarray(int8.embeddings) - np.asarray(fp32.embeddings)).max()
     assert 0 < difference <= int8_bound(encoder.model.config, scale=1.0)
+
+
+def test_build_with_compile_but_no_cxx_compiler_fails_before_the_encoder_loads(capsys, tmp_path, corpus_dir,
+                                                                               monkeypatch):
+    import shutil
+
+    monkeypatch.setattr(shutil, "which", lambda name: None)
+    monkeypatch.delenv("CXX", raising=False)
+    monkeypatch.setattr(kb_commands, "load_encoder", lambda name: pytest.fail("the encoder was loaded"))
+    code, stdout, err = run(capsys, "kb", "build", corpus_dir / "psgs.tsv", "--out", tmp_path / "kb", "--compile",
+                            "--encode-dtype", "int8", "--quiet")
+    assert code == 2 and stdout == "" and not (tmp_path / "kb").exists()
+    assert err.startswith("openbook: error: compiling the encoder (--compile) needs a C++ compiler") and err.count("\n") == 1

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from openbook.commands import kb_shard, options, positive_int
-from openbook.commands.kb_encode import RAY_BATCH, build_encode_passages, encode_fn
+from openbook.commands.kb_encode import RAY_BATCH, build_encode_passages, check_build_compile, encode_fn
 
 
 def load_encoder(name: str):
@@ -248,6 +248,7 @@ def _cmd_build(args: argparse.Namespace) -> int:
         with _locked(partial_dir(out) / LOCK_FILE, f"build directory {partial_dir(out)}"):  # not a running build's
             shutil.rmtree(partial_dir(out), ignore_errors=True)
     device = options.device(args)  # a missing GPU fails before the encoder loads
+    check_build_compile(args)  # and so does --compile without a C++ compiler (or torchao for int8)
     encoder = load_encoder(args.encoder or "default").to(device)  # --encoder defaults to None in every command
     errors = _record_errors(args.on_error)
     names = ", ".join(str(s) for s in args.sources)

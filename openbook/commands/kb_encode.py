@@ -28,6 +28,15 @@ def load_encode_passages(name: str, dtype: str | None = None, compile: bool = Fa
     return encode_fn(load(name), dtype, compile)
 
 
+def check_build_compile(args: argparse.Namespace) -> None:
+    """``kb build --compile`` without what compiling needs here fails before the encoder loads (with ``--ray``
+    the actors compile, maybe on other machines, so they check there)."""
+    from openbook.models.precision import check_compile, resolve_dtype
+
+    if args.compile and args.ray is None:
+        check_compile(resolve_dtype(args.encode_dtype) if args.encode_dtype else "float32")
+
+
 @contextlib.contextmanager
 def build_encode_passages(args: argparse.Namespace, encoder):
     """The ``encode_passages`` of ``kb build``: the encoder here, or with ``--ray`` a Ray actor pool."""

@@ -85,6 +85,22 @@ def compile_for_inference(model: nn.Module, dtype: str) -> nn.Module:
     is; call it under the caller's autocast, as the eager model. The first calls compile (tens of seconds
     on 2 cores): worth it for a corpus, not for one batch. Needs a C++ compiler, and torchao for int8
     (``pip install 'openbook[compile]'``); without them a one-line :class:`InputError`."""
+    check_compile(dtype)
+    if dtype == "int8":
+        from torchao.quantization import Int8DynamicActivationInt8WeightConfig, quantize_
+
+        head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            quantize_(model, Int8DynamicActivationInt8WeightConfig(),
+                      filter_fn=lambda module, _: type(module) is nn.Linear and module is not head)
+    return torch.compile(model, dynamic=True, options={"freezing": True})
+
+
+def check_compile(dtype: str) -> None:
+    """A one-line :class:`InputError` unless :func:`compile_for_inference` can run ``dtype`` here: a C++
+    compiler for Inductor, and torchao for int8 (checked without importing it)."""
+    import importlib.util
     import shutil
 
     if not any(shutil.which(name) for name in (os.environ.get("CXX", ""), "g++", "clang++") if name):
@@ -92,13 +108,9 @@ def compile_for_inference(model: nn.Module, dtype: str) -> nn.Module:
                          "none was found: install one or encode without --compile")
     if dtype == "int8":
         try:
-            from torchao.quantization import Int8DynamicActivationInt8WeightConfig, quantize_
-        except ImportError as error:
+            found = importlib.util.find_spec("torchao.quantization") is not None
+        except (ImportError, ValueError):  # a parent package that cannot be imported, or a stand-in module
+            found = False
+        if not found:
             raise InputError("compiled int8 encoding (--compile with int8) needs torchao: "
-                             f"pip install 'openbook[compile]' ({error})") from None
-        head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            quantize_(model, Int8DynamicActivationInt8WeightConfig(),
-                      filter_fn=lambda module, _: type(module) is nn.Linear and module is not head)
-    return torch.compile(model, dynamic=True, options={"freezing": True})
+                             "pip install 'openbook[compile]'")
