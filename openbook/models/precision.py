@@ -87,7 +87,10 @@ def compile_for_inference(model: nn.Module, dtype: str) -> nn.Module:
     (``pip install 'openbook[compile]'``); without them a one-line :class:`InputError`."""
     check_compile(dtype)
     if dtype == "int8":
-        from torchao.quantization import Int8DynamicActivationInt8WeightConfig, quantize_
+        try:  # the extra openbook[compile]; check_compile found it, but a broken install still gets one line
+            from torchao.quantization import Int8DynamicActivationInt8WeightConfig, quantize_
+        except ImportError as error:
+            raise InputError(f"compiled int8 encoding (--compile with int8) needs a working torchao: {error}") from None
 
         head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
         with warnings.catch_warnings():
