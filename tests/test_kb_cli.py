@@ -302,7 +302,7 @@ def test_build_with_compiled_int8_encoding_stays_within_int8_rounding_of_float32
     monkeypatch.setattr(kb_commands, "load_encoder", lambda name: encoder)
     build_kb(capsys, corpus_dir, tmp_path / "fp32")
     build_kb(capsys, corpus_dir, tmp_path / "int8c", "--encode-dtype", "int8", "--compile")
-    assert "int8" in encoder.__dict__["_compiled_cache"]  # the build went through the compiled copy
+    assert ("compiled", "int8") in encoder.__dict__["_model_copies"]  # the build went through the compiled copy
     fp32, int8 = (KnowledgeBase.load(tmp_path / name) for name in ("fp32", "int8c"))
     ids = [[p.id for p in kb.store.get(range(kb.num_rows))] for kb in (fp32, int8)]
     assert ids[0] == ids[1] and len(ids[0]) == fp32.num_rows > 0

@@ -314,29 +314,30 @@ class Encoder(torch.nn.Module):
         return module_device(self.model)
 
     def _int8_model(self) -> torch.nn.Module:
-        """A dynamically quantised copy of the model for ``dtype="int8"`` encoding, built on first use and again
-        whenever a weight changed in place since (training q(x)); kept outside the module tree (a tuple
-        attribute), so it is never saved, moved or trained. int8 where it cannot run is a one-line error."""
+        """A dynamically quantised copy of the model for ``dtype="int8"`` encoding (:meth:`_model_copy`). int8
+        where it cannot run is a one-line error."""
         from openbook.models.precision import quantize_int8, resolve_dtype
 
         resolve_dtype("int8", self.device.type)
-        version = tuple(p._version for p in self.model.parameters())
-        cached = getattr(self, "_int8_cache", None)
-        if cached is None or cached[0] != version:
-            cached = self._int8_cache = (version, quantize_int8(copy.deepcopy(self.model).eval()))
-        return cached[1]
+        return self._model_copy(("int8",), quantize_int8)
 
     def _compiled_model(self, dtype: str) -> torch.nn.Module:
-        """A compiled copy of the model for ``dtype`` (:func:`openbook.models.precision.compile_for_inference`),
-        kept like :meth:`_int8_model`'s copy: outside the module tree, rebuilt when a weight changed."""
+        """A compiled copy of the model for ``dtype`` (:func:`openbook.models.precision.compile_for_inference`,
+        kept by :meth:`_model_copy`)."""
         from openbook.models.precision import compile_for_inference, resolve_dtype
 
         resolve_dtype(dtype, self.device.type)
+        return self._model_copy(("compiled", dtype), lambda model: compile_for_inference(model, dtype))
+
+    def _model_copy(self, key: tuple, build) -> torch.nn.Module:
+        """``build`` applied to a copy of the model in eval mode, made on first use and again whenever a weight
+        changed in place since (training q(x)); kept outside the module tree (a plain dict attribute), so it is
+        never saved, moved or trained."""
         version = tuple(p._version for p in self.model.parameters())
-        cache = self.__dict__.setdefault("_compiled_cache", {})
-        if dtype not in cache or cache[dtype][0] != version:
-            cache[dtype] = (version, compile_for_inference(copy.deepcopy(self.model).eval(), dtype))
-        return cache[dtype][1]
+        copies = self.__dict__.setdefault("_model_copies", {})
+        if key not in copies or copies[key][0] != version:
+            copies[key] = (version, build(copy.deepcopy(self.model).eval()))
+        return copies[key][1]
 
     @contextmanager
     def _inference(self, dtype: str) -> Iterator[None]:

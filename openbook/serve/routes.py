@@ -58,9 +58,8 @@ def install_routes(app: FastAPI, server, static: Path) -> None:
         """Answer one question or a list, with provenance; ``"stream": true`` sends server-sent events."""
         received = time.perf_counter()
         questions = _questions(body.question, config.max_question_chars)
-        server.check_ready()
+        k = server.k_for(body.k)  # checks that the server is ready
         model = body.model or server.default_model
-        k = server.k_for(body.k)
         try:
             s.check_sequences(len(questions), k, body.beams)
         except ValueError as error:
