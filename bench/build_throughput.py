@@ -3,9 +3,9 @@ length-sorted batches), eager and compiled, vs sentence-transformers' ``encode``
 
 bfloat16 runs only where the CPU computes it natively (AVX-512 BF16 or AMX; ``--bf16`` forces it), int8
 (dynamic quantisation, :func:`openbook.models.precision.quantize_int8`) where PyTorch has its x86 engine.
-Each type also runs compiled (``kb build --compile``: TorchInductor, int8 through torchao's dynamic int8
-layers, :func:`openbook.models.precision.compile_for_inference`) where a C++ compiler (and for int8 torchao)
-is found, ``--compiled`` lists which; the compile is timed apart (``compile_seconds_*``, the warm-up call).
+Each type also runs compiled (``kb build --compile``: TorchInductor, int8 through PyTorch 2 export and
+torchao's x86 quantiser, :func:`openbook.models.precision.compile_for_inference`) where a C++ compiler (and for
+int8 torchao) is found, ``--compiled`` lists which; the compile is timed apart (``compile_seconds_*``, the warm-up call).
 
 Speed: same model (the packaged all-MiniLM-L6-v2), same passages (the shipped demo corpus, formatted the
 way openbook formats them), in the same process and interleaved, so machine load hits every variant alike; max

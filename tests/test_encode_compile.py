@@ -1,5 +1,5 @@
 """Compiled encoding (``encode_passages(compile=True)``, ``kb build --compile``): a TorchInductor-compiled copy of
-the document encoder, int8 through torchao's dynamic int8 layers (issue 12: encoding at 3x sentence-transformers).
+the document encoder, int8 through PyTorch 2 export and torchao's x86 quantiser (issue 12: encoding at 3x sentence-transformers).
 
 Compiling takes a C++ compiler; without one these tests skip (and the error test checks the message)."""
 
@@ -47,19 +47,48 @@ def test_compiled_float32_encoding_is_the_eager_encoding(encoder):
 
 
 @needs_compiler
-def test_compiled_int8_quantises_every_linear_layer_with_torchao_and_stays_within_int8_rounding(encoder):
+def test_compiled_int8_quantises_every_linear_layer_through_export_and_stays_within_int8_rounding(encoder):
     pytest.importorskip("torchao")
     eager = encoder.encode_passages(PASSAGES, batch_size=4)
     compiled = encoder.encode_passages(PASSAGES, batch_size=4, dtype="int8", compile=True)
-    model = encoder._compiled_model("int8")._orig_mod  # the copy torch.compile wraps
-    linears = [m for m in model.modules() if isinstance(m, nn.Linear)]
-    assert linears and all(type(m.weight) is not nn.Parameter and m.weight.__class__.__module__.startswith("torchao")
-                           for m in linears)
-    assert all(type(p) is nn.Parameter for p in encoder.model.parameters())  # the encoder itself is untouched
-    # torchao rounds each input row to 8 bits over its largest value and each weight row likewise, tighter
-    # than FBGEMM's 7-bit inputs that int8_bound allows for; then integer products, exact
+    copy = encoder._compiled_model("int8")
+    assert isinstance(copy, precision.ExportedInt8) and copy.model is None  # exported and quantised at its first call
+    targets = [str(node.target) for node in copy.compiled._orig_mod.graph.nodes if node.op == "call_function"]
+    linears = [m for m in encoder.model.modules() if isinstance(m, nn.Linear)]
+    # every linear layer's weight is int8 per output channel, and its input rounded per tensor at each call
+    # (query, key and value share one input and so one rounding)
+    assert targets.count("quantized_decomposed.dequantize_per_channel.default") == len(linears) == targets.count(
+        "aten.linear.default")
+    assert 0 < targets.count("quantized_decomposed.choose_qparams.tensor") < len(linears)
+    assert all(type(p) is nn.Parameter and p.dtype == torch.float32 for p in encoder.model.parameters())  # untouched
+    # each input rounded to 8 bits over its range (at most 1/127.5 of its largest value), each weight row to 8
+    # bits over its largest: within the 7-bit-input bound int8_bound allows for; then integer products, exact
     difference = np.abs(compiled - eager).max()
     assert 0 < difference <= int8_bound(encoder.model.config, scale=1.0)
+
+
+@needs_compiler
+def test_compiled_int8_exported_on_an_unpadded_batch_still_masks_the_padding_of_later_ones():
+    pytest.importorskip("torchao")
+    encoder = tiny_encoder()
+    lengths = [len(f["input_ids"]) for f in encoder.tokenize_passages(PASSAGES)]
+    same = [p for p, n in zip(PASSAGES, lengths) if n == lengths[0]][:2]
+    assert len(same) == 2 and len(set(lengths)) > 1
+    encoder.encode_passages(same, dtype="int8", compile=True)  # the export sees an attention mask of ones only
+    eager = encoder.encode_passages(PASSAGES, batch_size=len(PASSAGES))
+    compiled = encoder.encode_passages(PASSAGES, batch_size=len(PASSAGES), dtype="int8", compile=True)
+    assert np.abs(compiled - eager).max() <= int8_bound(encoder.model.config, scale=1.0)
+
+
+@needs_compiler
+def test_compiled_int8_refuses_a_lone_row_in_one_line(encoder):
+    pytest.importorskip("torchao")
+    copy = encoder._compiled_model("int8")
+    features = encoder.tokenize_passages(PASSAGES[:1])
+    with pytest.raises(InputError, match=r"batches of 2 or more rows .* input_ids \(1, \d+\)") as caught:
+        copy(input_ids=torch.tensor([features[0]["input_ids"]]),
+             attention_mask=torch.ones(1, len(features[0]["input_ids"]), dtype=torch.long))
+    assert "\n" not in str(caught.value)
 
 
 @needs_compiler

@@ -74,30 +74,72 @@ def quantize_int8(model: nn.Module) -> nn.Module:
         return quantize_dynamic(model, spec, dtype=torch.qint8, inplace=True)
 
 
-def compile_for_inference(model: nn.Module, dtype: str) -> nn.Module:
+def compile_for_inference(model: nn.Module, dtype: str):
     """``model`` (changed in place: pass a copy) compiled by TorchInductor for inference in ``dtype``.
 
-    Dynamic shapes (one graph for every batch and length), frozen weights (constants Inductor folds and
-    packs for its CPU kernels). ``int8`` first quantises every ``nn.Linear`` but the output head with torchao's
-    dynamic int8 (``Int8DynamicActivationInt8WeightConfig``: one scale per token for the input, per output
-    channel for the weights), which Inductor lowers to fused integer matrix products; eager, these layers
-    are slower than float32, so int8 here always compiles. float32 and bfloat16 compile the model as it
-    is; call it under the caller's autocast, as the eager model. The first calls compile (tens of seconds
-    on 2 cores): worth it for a corpus, not for one batch. Needs a C++ compiler, and torchao for int8
-    (``pip install 'openbook[compile]'``); without them a one-line :class:`InputError`."""
+    Dynamic shapes (one graph for every batch of two or more rows and every length), frozen weights
+    (constants Inductor folds and packs for its CPU kernels). float32 and bfloat16 compile the model as it is;
+    call it under the caller's autocast, as the eager model. ``int8`` returns an :class:`ExportedInt8`, which
+    quantises at its first call, through PyTorch 2 export. The first calls compile (tens of seconds on 2
+    cores): worth it for a corpus, not for one batch. Needs a C++ compiler, and torchao for int8 (``pip install
+    'openbook[compile]'``); without them a one-line :class:`InputError`."""
     check_compile(dtype)
     if dtype == "int8":
-        try:  # the extra openbook[compile]; check_compile found it, but a broken install still gets one line
-            from torchao.quantization import Int8DynamicActivationInt8WeightConfig, quantize_
-        except ImportError as error:
-            raise InputError(f"compiled int8 encoding (--compile with int8) needs a working torchao: {error}") from None
-
-        head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            quantize_(model, Int8DynamicActivationInt8WeightConfig(),
-                      filter_fn=lambda module, _: type(module) is nn.Linear and module is not head)
+        return ExportedInt8(model)
     return torch.compile(model, dynamic=True, options={"freezing": True})
+
+
+class ExportedInt8:
+    """A model called with keyword tensors of shape (batch, length), in int8 through PyTorch 2 export.
+
+    At the first call (which needs two or more rows) the model is exported with symbolic batch and length
+    (``torch.export``, non-strict), every ``nn.Linear`` but the output head is dynamically quantised by
+    torchao's ``X86InductorQuantizer``: each call rounds the layer's input to 8 bits over its range (one scale
+    for the tensor), the weights to 8 bits per output channel. Inductor, with frozen weights, lowers each of them
+    to one oneDNN quantised linear kernel with packed weights; attention, normalisation and the rest stay
+    float32. (torchao's ``Int8DynamicActivationInt8WeightConfig`` with one scale per row instead encoded 1.2x
+    slower here: its scales and products are separate kernels.) Returns what the model returns."""
+
+    def __init__(self, model: nn.Module):
+        self.model: nn.Module | None = model.eval()
+        self.compiled = None
+
+    def __call__(self, **inputs: torch.Tensor):
+        if any(value.dim() < 2 or min(value.shape[:2]) < 2 for value in inputs.values()):
+            shapes = ", ".join(f"{name} {tuple(value.shape)}" for name, value in inputs.items())
+            raise InputError(f"compiled int8 takes batches of 2 or more rows of 2 or more tokens, not {shapes}")
+        with torch._inductor.config.patch(freezing=True):  # torchao's int8 lowering runs in freezing passes
+            if self.compiled is not None:
+                return self.compiled(**inputs)
+            self.compiled = _quantise_exported(self.model, inputs)
+            self.model = None  # the exported copy holds its own weights
+            with warnings.catch_warnings():  # Inductor's own lowering warns (torch.tensor of a tensor) as it compiles
+                warnings.simplefilter("ignore", UserWarning)
+                return self.compiled(**inputs)
+
+
+def _quantise_exported(model: nn.Module, inputs: dict[str, torch.Tensor]):
+    try:  # the extra openbook[compile]; check_compile found it, but a broken install still gets one line
+        from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
+        from torchao.quantization.pt2e.quantizer import x86_inductor_quantizer as x86
+    except ImportError as error:
+        raise InputError(f"compiled int8 encoding (--compile with int8) needs a working torchao: {error}") from None
+    from torch.export import Dim, export
+
+    head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        exported = export(model, (), inputs, dynamic_shapes={name: {0: Dim.AUTO, 1: Dim.AUTO} for name in inputs},
+                          strict=False).module()
+        quantizer = x86.X86InductorQuantizer()
+        quantizer.set_global(x86.get_default_x86_inductor_quantization_config(is_dynamic=True))
+        for name, module in model.named_modules():
+            if head is not None and module is head:
+                quantizer.set_module_name_qconfig(name, None)
+        prepared = prepare_pt2e(exported, quantizer)
+        prepared(**inputs)  # the weight observers take their per-channel ranges
+        converted = convert_pt2e(prepared)
+    return torch.compile(converted, dynamic=True)
 
 
 def check_compile(dtype: str) -> None:
