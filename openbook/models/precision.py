@@ -97,8 +97,9 @@ class ExportedInt8:
     torchao's ``X86InductorQuantizer``: each call rounds the layer's input to 8 bits over its range (one scale
     for the tensor), the weights to 8 bits per output channel. Inductor, with frozen weights, lowers each of them
     to one oneDNN quantised linear kernel with packed weights; attention, normalisation and the rest stay
-    float32. (torchao's ``Int8DynamicActivationInt8WeightConfig`` with one scale per row instead encoded 1.2x
-    slower here: its scales and products are separate kernels.) Returns what the model returns."""
+    float32. (torchao's ``Int8DynamicActivationInt8WeightConfig``, one scale per row, which this replaced, encoded
+    slower: 174.7-183.2 passages/s against 187.9-205.1, ``bench/build_throughput.py`` runs 3-4 and 5-6 in
+    ``docs/``.) Returns what the model returns."""
 
     def __init__(self, model: nn.Module):
         self.model: nn.Module | None = model.eval()
