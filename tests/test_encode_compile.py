@@ -136,3 +136,17 @@ def test_kb_build_passes_compile_to_the_local_encoder_and_to_every_ray_actor(mon
     (make_encode, workers, address), = made
     assert make_encode.func is kb_encode.load_encode_passages and make_encode.args == ("minilm", "int8", True)
     assert (workers, address) == (2, None)
+
+
+@needs_compiler
+def test_compiled_int8_exports_a_dpr_context_encoder_whose_vectors_are_its_pooler_output(tmp_path):
+    pytest.importorskip("torchao")
+    from openbook.models import Encoder
+    from tiny_encoders import save_dpr
+
+    encoder = Encoder.from_pretrained(save_dpr(tmp_path / "ctx", role="context", projection_dim=8))
+    eager = encoder.encode_passages(PASSAGES, batch_size=4)
+    compiled = encoder.encode_passages(PASSAGES, batch_size=4, dtype="int8", compile=True)
+    assert compiled.shape == eager.shape == (len(PASSAGES), 8)
+    # not normalised: the bound scales with the largest vector component
+    assert np.abs(compiled - eager).max() <= int8_bound(encoder.model.config, scale=float(np.abs(eager).max()))
