@@ -150,3 +150,20 @@ def test_compiled_int8_exports_a_dpr_context_encoder_whose_vectors_are_its_poole
     assert compiled.shape == eager.shape == (len(PASSAGES), 8)
     # not normalised: the bound scales with the largest vector component
     assert np.abs(compiled - eager).max() <= int8_bound(encoder.model.config, scale=float(np.abs(eager).max()))
+
+
+@needs_compiler
+def test_compiled_int8_of_a_model_export_cannot_trace_is_a_one_line_error(monkeypatch):
+    pytest.importorskip("torchao")
+    import torch.export
+
+    def refuse(*args, **kwargs):
+        raise RuntimeError("data-dependent branch on a tensor value\nlong trace ...")
+
+    monkeypatch.setattr(torch.export, "export", refuse)
+    copy = precision.compile_for_inference(nn.Identity(), "int8")
+    ids = torch.ones(2, 3, dtype=torch.long)
+    with pytest.raises(InputError, match=r"cannot export the encoder \(Identity\): data-dependent branch on a tensor "
+                                         r"value; encode without --compile") as caught:
+        copy(input_ids=ids)
+    assert "\n" not in str(caught.value)

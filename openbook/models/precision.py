@@ -90,16 +90,17 @@ def compile_for_inference(model: nn.Module, dtype: str):
 
 
 class ExportedInt8:
-    """A model called with keyword tensors of shape (batch, length), in int8 through PyTorch 2 export.
+    """An encoder called with keyword tensors of shape (batch, length), in int8 through PyTorch 2 export.
 
     At the first call (which needs two or more rows) the model is exported with symbolic batch and length
-    (``torch.export``, non-strict), every ``nn.Linear`` but the output head is dynamically quantised by
-    torchao's ``X86InductorQuantizer``: each call rounds the layer's input to 8 bits over its range (one scale
-    for the tensor), the weights to 8 bits per output channel. Inductor, with frozen weights, lowers each of them
-    to one oneDNN quantised linear kernel with packed weights; attention, normalisation and the rest stay
-    float32. (torchao's ``Int8DynamicActivationInt8WeightConfig``, one scale per row, which this replaced, encoded
-    slower: 174.7-183.2 passages/s against 187.9-205.1, ``bench/build_throughput.py`` runs 3-4 and 5-6 in
-    ``docs/``.) Returns what the model returns."""
+    (``torch.export``, non-strict; a model it cannot trace is a one-line :class:`InputError`), and every
+    ``nn.Linear`` is dynamically quantised by torchao's ``X86InductorQuantizer`` (meant for encoders, which
+    have no output head to keep in float32): each call rounds the layer's input to 8 bits over its range
+    (one scale for the tensor), the weights to 8 bits per output channel. Inductor, with frozen weights,
+    lowers each of them to one oneDNN quantised linear kernel with packed weights; attention, normalisation and
+    the rest stay float32. (torchao's ``Int8DynamicActivationInt8WeightConfig``, one scale per row, which this
+    replaced, encoded slower: 174.7-183.2 passages/s against 187.9-205.1, ``bench/build_throughput.py`` runs
+    3-4 and 5-6 in ``docs/``.) Returns what the model returns."""
 
     def __init__(self, model: nn.Module):
         self.model: nn.Module | None = model.eval()
@@ -127,16 +128,17 @@ def _quantise_exported(model: nn.Module, inputs: dict[str, torch.Tensor]):
         raise InputError(f"compiled int8 encoding (--compile with int8) needs a working torchao: {error}") from None
     from torch.export import Dim, export
 
-    head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
     with torch.no_grad(), warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        exported = export(model, (), inputs, dynamic_shapes={name: {0: Dim.AUTO, 1: Dim.AUTO} for name in inputs},
-                          strict=False).module()
+        try:
+            exported = export(model, (), inputs, strict=False,
+                              dynamic_shapes={name: {0: Dim.AUTO, 1: Dim.AUTO} for name in inputs}).module()
+        except Exception as error:  # a model torch.export cannot trace: say so in one line
+            reason = (str(error).strip().splitlines() or [type(error).__name__])[0]
+            raise InputError(f"compiled int8 cannot export the encoder ({type(model).__name__}): {reason}; "
+                             "encode without --compile") from None
         quantizer = x86.X86InductorQuantizer()
         quantizer.set_global(x86.get_default_x86_inductor_quantization_config(is_dynamic=True))
-        for name, module in model.named_modules():
-            if head is not None and module is head:
-                quantizer.set_module_name_qconfig(name, None)
         prepared = prepare_pt2e(exported, quantizer)
         prepared(**inputs)  # the weight observers take their per-channel ranges
         converted = convert_pt2e(prepared)
