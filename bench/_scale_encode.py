@@ -10,6 +10,11 @@ local one (2 CPUs, 256 MB object store) and shuts it down after.
     .venv/bin/python bench/_scale_encode.py [--quick]
 
 Ends with one JSON line: ``ray_encode_pps_1``, ``ray_encode_pps_2``, ``ray_encode_speedup_2v1``.
+
+``--kinds`` instead times, with 2 workers, one ``kb build --ray`` batch (``RAY_BATCH`` passages; ``--passages``)
+in each of float32, int8 and int8 compiled (``--encode-dtype int8 --compile``): actors start anew for every
+batch, so a compiled kind pays its compile in each actor at each batch, and this says whether it still gains.
+It ends with one JSON line: ``ray_<kind>_pps`` and ``ray_int8_compiled_vs_int8``.
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ import functools
 import itertools
 import json
 import statistics
+import sys
 import time
 
 
@@ -57,11 +63,50 @@ def measure(quick: bool = False) -> dict:
     }
 
 
+KINDS = {"float32": ("float32", False), "int8": ("int8", False), "int8_compiled": ("int8", True)}
+
+
+def measure_kinds(n: int) -> dict:
+    """Passages per second of one ``--ray`` batch of ``n`` passages on 2 workers, per kind (actor start-up and,
+    compiled, each actor's compile included), the kinds alternating over two rounds."""
+    import ray
+
+    from openbook.commands.kb_encode import load_encode_passages
+    from openbook.corpus import read_passages
+    from openbook.data import demo_passages_path
+    from openbook.index.kb.ray_encode import RayEncodePassages
+
+    passages = list(itertools.islice(itertools.cycle(read_passages(demo_passages_path())), n))
+    started = not ray.is_initialized()
+    if started:
+        ray.init(num_cpus=2, object_store_memory=256 * 1024**2, include_dashboard=False, log_to_driver=False,
+                 configure_logging=False)
+    try:
+        seconds: dict[str, list[float]] = {kind: [] for kind in KINDS}
+        for repeat in range(2):
+            for kind in (list(KINDS) if repeat % 2 == 0 else list(reversed(KINDS))):
+                encode = RayEncodePassages(functools.partial(load_encode_passages, "minilm", *KINDS[kind]), workers=2)
+                start = time.perf_counter()
+                encode(passages)
+                seconds[kind].append(time.perf_counter() - start)
+    finally:
+        if started:
+            ray.shutdown()
+    pps = {kind: n / statistics.median(times) for kind, times in seconds.items()}
+    return {"ray_batch_passages": n, "workers": 2, **{f"ray_{kind}_pps": round(rate, 1) for kind, rate in pps.items()},
+            "ray_int8_compiled_vs_int8": round(pps["int8_compiled"] / pps["int8"], 3)}
+
+
 def main() -> None:
+    from openbook.commands.kb_encode import RAY_BATCH
+
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="a few hundred passages, one round")
+    parser.add_argument("--kinds", action="store_true", help="float32, int8 and int8 compiled on 2 workers instead")
+    parser.add_argument("--passages", type=int, default=RAY_BATCH, help="--kinds: passages in the batch")
     args = parser.parse_args()
-    print(json.dumps(measure(quick=args.quick)))
+    print("command:", " ".join(["python", *sys.argv]), flush=True)
+    print(json.dumps(measure_kinds(args.passages) if args.kinds else measure(quick=args.quick)))
 
 
 if __name__ == "__main__":

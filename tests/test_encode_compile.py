@@ -167,3 +167,13 @@ def test_compiled_int8_of_a_model_export_cannot_trace_is_a_one_line_error(monkey
                                          r"value; encode without --compile") as caught:
         copy(input_ids=ids)
     assert "\n" not in str(caught.value)
+
+
+def test_kb_build_warns_that_compile_with_ray_recompiles_at_every_batch():
+    import argparse
+
+    from openbook.commands import kb_encode
+
+    args = argparse.Namespace(encode_dtype="int8", compile=True, ray="")
+    with pytest.warns(UserWarning, match=r"--compile with --ray compiles again in every actor .* 0\.69x eager int8"):
+        kb_encode.check_build_compile(args)

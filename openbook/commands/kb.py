@@ -105,8 +105,9 @@ def _register_build(actions) -> None:
                             "seconds): with --encode-dtype int8 it quantises through torchao and is the fastest "
                             "way here (bench/build_throughput.py); needs a C++ compiler, and torchao for int8 "
                             "(pip install 'openbook[compile]'). With --ray every actor compiles again for each "
-                            "--batch-size batch (Ray Data starts its actors anew for each), so there it pays only "
-                            "with large batches")
+                            "--batch-size batch (Ray Data starts its actors anew for each): at the default 4096 "
+                            "passages int8 encoded at 0.69x its speed without --compile (bench/_scale_encode.py "
+                            "--kinds)")
     build.add_argument("--ray", nargs="?", const="", default=None, metavar="ADDRESS",
                        help="encode on a Ray cluster (Ray Data actor pool, one encoder per actor): the one at "
                             "ADDRESS (e.g. auto or ray://head:10001), or without ADDRESS a local Ray with this "

@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import functools
+import warnings
 from pathlib import Path
 
 RAY_BATCH = 4096  # with --ray each batch is one Ray Data job (actors start anew): make it worth their start-up
@@ -35,6 +36,11 @@ def check_build_compile(args: argparse.Namespace) -> None:
 
     if args.compile and args.ray is None:
         check_compile(resolve_dtype(args.encode_dtype) if args.encode_dtype else "float32")
+    elif args.compile:
+        warnings.warn("--compile with --ray compiles again in every actor for each --batch-size batch: at the "
+                      f"default {RAY_BATCH} passages on 2 workers, int8 compiled encoded at 0.69x eager int8 "
+                      "(bench/_scale_encode.py --kinds); leave out --compile or give a much larger --batch-size",
+                      stacklevel=2)
 
 
 @contextlib.contextmanager
