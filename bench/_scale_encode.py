@@ -28,33 +28,42 @@ import sys
 import time
 
 
-def measure(quick: bool = False) -> dict:
+def time_pools(passages: list, pools: dict, repeats: int) -> dict:
+    """Median seconds of encoding ``passages`` in one batch with each of ``pools`` (name -> (make_encode,
+    workers)), a fresh :class:`RayEncodePassages` each time, the pools alternating in order over ``repeats``.
+    Uses the Ray already initialised in this process, else starts a local one and shuts it down after."""
     import ray
 
-    from openbook.commands.kb_encode import load_encode_passages
-    from openbook.corpus import read_passages
-    from openbook.data import demo_passages_path
     from openbook.index.kb.ray_encode import RayEncodePassages
 
-    n, repeats = (200, 1) if quick else (2000, 2)
-    passages = list(itertools.islice(read_passages(demo_passages_path()), n))
     started = not ray.is_initialized()
     if started:
         ray.init(num_cpus=2, object_store_memory=256 * 1024**2, include_dashboard=False, log_to_driver=False,
                  configure_logging=False)
+    seconds: dict = {name: [] for name in pools}
     try:
-        make_encode = functools.partial(load_encode_passages, "minilm")
-        seconds: dict[int, list[float]] = {1: [], 2: []}
         for repeat in range(repeats):
-            for workers in ((1, 2) if repeat % 2 == 0 else (2, 1)):
-                encode = RayEncodePassages(make_encode, workers=workers)
+            for name in (list(pools) if repeat % 2 == 0 else list(reversed(pools))):
+                encode = RayEncodePassages(pools[name][0], workers=pools[name][1])
                 start = time.perf_counter()
                 encode(passages)
-                seconds[workers].append(time.perf_counter() - start)
+                seconds[name].append(time.perf_counter() - start)
     finally:
         if started:
             ray.shutdown()
-    pps = {workers: len(passages) / statistics.median(times) for workers, times in seconds.items()}
+    return {name: statistics.median(times) for name, times in seconds.items()}
+
+
+def measure(quick: bool = False) -> dict:
+    from openbook.commands.kb_encode import load_encode_passages
+    from openbook.corpus import read_passages
+    from openbook.data import demo_passages_path
+
+    n, repeats = (200, 1) if quick else (2000, 2)
+    passages = list(itertools.islice(read_passages(demo_passages_path()), n))
+    make_encode = functools.partial(load_encode_passages, "minilm")
+    seconds = time_pools(passages, {1: (make_encode, 1), 2: (make_encode, 2)}, repeats)
+    pps = {workers: len(passages) / median for workers, median in seconds.items()}
     return {
         "ray_encode_passages": len(passages),
         "ray_encode_pps_1": round(pps[1], 1),
@@ -69,30 +78,13 @@ KINDS = {"float32": ("float32", False), "int8": ("int8", False), "int8_compiled"
 def measure_kinds(n: int) -> dict:
     """Passages per second of one ``--ray`` batch of ``n`` passages on 2 workers, per kind (actor start-up and,
     compiled, each actor's compile included), the kinds alternating over two rounds."""
-    import ray
-
     from openbook.commands.kb_encode import load_encode_passages
     from openbook.corpus import read_passages
     from openbook.data import demo_passages_path
-    from openbook.index.kb.ray_encode import RayEncodePassages
 
     passages = list(itertools.islice(itertools.cycle(read_passages(demo_passages_path())), n))
-    started = not ray.is_initialized()
-    if started:
-        ray.init(num_cpus=2, object_store_memory=256 * 1024**2, include_dashboard=False, log_to_driver=False,
-                 configure_logging=False)
-    try:
-        seconds: dict[str, list[float]] = {kind: [] for kind in KINDS}
-        for repeat in range(2):
-            for kind in (list(KINDS) if repeat % 2 == 0 else list(reversed(KINDS))):
-                encode = RayEncodePassages(functools.partial(load_encode_passages, "minilm", *KINDS[kind]), workers=2)
-                start = time.perf_counter()
-                encode(passages)
-                seconds[kind].append(time.perf_counter() - start)
-    finally:
-        if started:
-            ray.shutdown()
-    pps = {kind: n / statistics.median(times) for kind, times in seconds.items()}
+    pools = {kind: (functools.partial(load_encode_passages, "minilm", *KINDS[kind]), 2) for kind in KINDS}
+    pps = {kind: n / median for kind, median in time_pools(passages, pools, 2).items()}
     return {"ray_batch_passages": n, "workers": 2, **{f"ray_{kind}_pps": round(rate, 1) for kind, rate in pps.items()},
             "ray_int8_compiled_vs_int8": round(pps["int8_compiled"] / pps["int8"], 3)}
 
