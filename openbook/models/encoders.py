@@ -188,7 +188,7 @@ class Encoder(torch.nn.Module):
         are truncated silently (the usual practice for 100-word passages). ``sort=False`` batches in
         input order instead of by length (slower; kept for benchmarks and checks). ``compile=True`` runs a
         TorchInductor-compiled copy of the model (:func:`openbook.models.precision.compile_for_inference`;
-        int8 through torchao), compiled on the first call (tens of seconds) and kept for the next ones: for
+        int8 through export and torchao's x86 quantiser), compiled on the first call (tens of seconds) and kept for the next ones: for
         corpora, where int8 encodes fastest this way (``bench/build_throughput.py``).
         """
         return self._encode(self.tokenize_passages(passages), batch_size, dtype, progress, sort, compile)
@@ -299,7 +299,7 @@ class Encoder(torch.nn.Module):
         return out
 
     def _embed(self, features: list[Features], model: torch.nn.Module | None = None) -> torch.Tensor:
-        """Run the model (or ``model``, its int8 copy) on a batch of tokenized texts and pool (and normalise)."""
+        """Run the model (or ``model``, its int8 or compiled copy) on a batch of tokenized texts and pool (and normalise)."""
         inputs = pad_features(features, self.tokenizer.pad_token_id or 0, self.tokenizer.padding_side)
         inputs = {key: value.to(self.device) for key, value in inputs.items()}
         outputs = (self.model if model is None else model)(**inputs)
