@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import sys
 import time
 from pathlib import Path
@@ -51,9 +52,23 @@ def make_rag(kb, d_model: int = 32, layers: int = 2) -> RAG:
     return RAG(encoder(), Seq2SeqGenerator(bart, tok), kb, model="rag-sequence", k=3, learn_scale=True)
 
 
-def config(max_steps: int, batch_size: int, grad_accumulation: int = 1) -> TrainConfig:
+def config(max_steps: int, batch_size: int, grad_accumulation: int = 1, checkpoint_every: int = 1000) -> TrainConfig:
     return TrainConfig(k=3, max_steps=max_steps, batch_size=batch_size, grad_accumulation=grad_accumulation,
-                       lr_generator=1e-3, lr_query_encoder=1e-3, checkpoint_every=1000, epochs=1)
+                       lr_generator=1e-3, lr_query_encoder=1e-3, checkpoint_every=checkpoint_every, epochs=1)
+
+
+def kill_in_step(rag: RAG, step: int, grad_accumulation: int) -> None:
+    """This process kills itself (SIGKILL) at its first loss of optimiser step ``step``: mid-step, before the
+    gradient all-reduce its peers wait in, as a crashed machine would."""
+    calls, loss = [0], rag.loss
+
+    def counted(*args, **kwargs):
+        calls[0] += 1
+        if calls[0] > (step - 1) * grad_accumulation:
+            os.kill(os.getpid(), signal.SIGKILL)
+        return loss(*args, **kwargs)
+
+    rag.loss = counted
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -69,13 +84,17 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--float64", action="store_true", help="train in float64: rounding far below any real effect")
     p.add_argument("--timing", metavar="FILE", help="rank 0 writes {seconds, steps} of training here (JSON)")
     p.add_argument("--resume", action="store_true")
+    p.add_argument("--checkpoint-every", type=int, default=1000)
+    p.add_argument("--kill-rank-1-in-step", type=int, metavar="STEP", help="rank 1 kills itself mid-step STEP")
     args = p.parse_args(argv)
     torch.set_num_threads(1)
     rag = make_rag(KnowledgeBase.load(args.kb), args.d_model, args.layers)
     if args.float64:
         rag.double()
+    if args.kill_rank_1_in_step and int(os.environ.get("RANK", 0)) == 1:
+        kill_in_step(rag, args.kill_rank_1_in_step, args.grad_accumulation)
     started = time.perf_counter()
-    state = train(rag, EXAMPLES * args.repeat, config(args.max_steps, args.batch_size, args.grad_accumulation),
+    state = train(rag, EXAMPLES * args.repeat, config(args.max_steps, args.batch_size, args.grad_accumulation, args.checkpoint_every),
                   args.out, resume=args.resume, progress=False)
     if args.timing and int(os.environ.get("RANK", 0)) == 0:
         Path(args.timing).write_text(json.dumps({"seconds": time.perf_counter() - started, "steps": state.step}))

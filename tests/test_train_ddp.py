@@ -1,5 +1,6 @@
 """Data-parallel training (DDP under torchrun, gloo, 2 CPU processes) ends where one process ends on the
-same global batches, and resumes across world sizes; `openbook train --nproc 2` runs end to end, rank 0
+same global batches, resumes across world sizes and after one of them was killed mid-step;
+`openbook train --nproc 2` runs end to end, rank 0
 alone writing the run; bad --nproc / batch sizes are one-line errors.
 
 The runs train in float64 (tests/ddp_worker.py --float64), all of it, retrieval's p(z|x) included: Adam
@@ -40,13 +41,15 @@ def kb(tmp_path_factory):
     return str(path)
 
 
-def two_processes(kb: str, out: Path, *args: str) -> None:
+def two_processes(kb: str, out: Path, *args: str, ok: bool = True) -> subprocess.CompletedProcess:
     env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1",
            "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
     done = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
                            str(WORKER), kb, str(out), "--float64", *args], env=env, capture_output=True, text=True,
                           timeout=600)
-    assert done.returncode == 0, done.stderr[-3000:]
+    if ok:
+        assert done.returncode == 0, done.stderr[-3000:]
+    return done
 
 
 def one_process(kb: str, out: Path, *args: str) -> None:
@@ -99,6 +102,18 @@ def test_runs_resume_across_world_sizes_to_the_uninterrupted_weights(kb, tmp_pat
     straight = weights(tmp_path / "straight")
     for run in ("two", "two_then_one", "one_then_two"):
         assert_same_weights(straight, weights(tmp_path / run))
+
+
+def test_a_killed_two_process_run_resumes_to_the_uninterrupted_weights(kb, tmp_path):
+    every_2 = [*STEPS, "--checkpoint-every", "2"]
+    one_process(kb, tmp_path / "straight", *every_2)
+    # rank 1 dies by SIGKILL in step 3, before the all-reduce rank 0 waits in; torchrun then stops rank 0
+    killed = two_processes(kb, tmp_path / "killed", *every_2, "--kill-rank-1-in-step", "3", ok=False)
+    assert killed.returncode != 0 and "SIGKILL" in killed.stderr, killed.stderr[-3000:]
+    saved = json.loads((tmp_path / "killed" / "checkpoint" / "state.json").read_text())["state"]
+    assert saved["step"] == 2  # the last checkpoint before the kill, complete
+    two_processes(kb, tmp_path / "killed", *every_2, "--resume")
+    assert_same_weights(weights(tmp_path / "straight"), weights(tmp_path / "killed"))
 
 
 def test_a_float64_model_computes_p_z_given_x_in_float64(kb):
