@@ -96,15 +96,19 @@ def install_routes(app: FastAPI, server, static: Path) -> None:
                         swappable=await asyncio.to_thread(server.books.swappable))
 
     async def edit(change) -> s.EditResponse:
-        """Apply ``change(path, encoder) -> (version, n)`` in the worker and serve the new version."""
-        from openbook.index import KnowledgeBase
+        """Apply ``change(edits, path, encoder) -> (version, n)`` in the worker and serve the new version as a new
+        knowledge-base object (requests in flight keep theirs). ``edits`` are the path-level edits of the served
+        folder's kind, sharded or not (:func:`~openbook.index.sharded.edits_for`); a sharded one reopens with its
+        shards in this process."""
+        from openbook.index import load_knowledge_base
+        from openbook.index.sharded import edits_for
 
         server.check_ready()
         async with server.admin_lock:
             def run():
                 book = server.books.current
-                version, changed = change(book.kb.path, server.document_encoder)
-                fresh = KnowledgeBase.load(book.kb.path, version=version, verify="size")
+                version, changed = change(edits_for(book.kb.path), book.kb.path, server.document_encoder)
+                fresh = load_knowledge_base(book.kb.path, version=version, verify="size")
                 server.books.install(fresh, book.name)
                 server.metrics.swaps.inc()
                 return {"kb": {"name": book.name, "version": version}, "changed": changed}
@@ -118,27 +122,23 @@ def install_routes(app: FastAPI, server, static: Path) -> None:
     async def add_passages(body: s.AddRequest):
         """Add passages (admin) as a new knowledge-base version; a passage without an id gets one."""
         from openbook.corpus import Passage
-        from openbook.index.kb import add_passages as add
 
         passages = [Passage(p.id or f"api-{uuid.uuid4().hex[:12]}", p.title, p.text) for p in body.passages]
-        return await edit(lambda path, enc: (add(path, passages, encode(enc), description="openbook serve: add"),
-                                             len(passages)))
+        return await edit(lambda edits, path, enc: (
+            edits.add(path, passages, encode(enc), description="openbook serve: add"), len(passages)))
 
     @app.put("/v1/kb/passages", response_model=s.EditResponse, responses=ERRORS, dependencies=[Depends(admin)])
     async def update_passages(body: s.UpdateRequest):
         """Change passages' text (and title) by id (admin), as a new version."""
-        from openbook.index.kb import update_passages as update
-
         updates = [{k: v for k, v in p.model_dump().items() if v is not None} for p in body.passages]
-        return await edit(lambda path, enc: (update(path, updates, encode(enc), description="openbook serve: update"),
-                                             len(updates)))
+        return await edit(lambda edits, path, enc: (
+            edits.update(path, updates, encode(enc), description="openbook serve: update"), len(updates)))
 
     @app.delete("/v1/kb/passages", response_model=s.EditResponse, responses=ERRORS, dependencies=[Depends(admin)])
     async def delete_passages(body: s.DeleteRequest):
         """Delete passages by id (admin), as a new version."""
-        from openbook.index.kb import delete_passages as delete
-
-        return await edit(lambda path, enc: (delete(path, body.ids, "openbook serve: delete"), len(body.ids)))
+        return await edit(lambda edits, path, enc: (edits.delete(path, body.ids, "openbook serve: delete"),
+                                                    len(body.ids)))
 
     @app.post("/v1/kb/swap", response_model=s.SwapResponse, responses=ERRORS, dependencies=[Depends(admin)])
     async def swap(body: s.SwapRequest):
