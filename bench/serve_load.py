@@ -1,21 +1,24 @@
 """Load benchmark of `openbook serve` (issue 11): latency and answers per second under concurrent clients.
 
 1. ``openbook serve`` starts as a subprocess on a free loopback port (the model options below passed through,
-   ``--max-batch-size`` its batch cap); once ``/readyz`` answers (then one untimed question), C = 1, 8 and 32
+   ``--max-batch-size`` its batch cap); once ``/readyz`` answers (then one untimed question), C = 1 and 8
    concurrent httpx clients each send one question at a time to ``POST /v1/ask`` for ``--seconds``: those of
    ``--questions FILE`` (one a line) or bench/ask_latency.py's 30 questions in turn, with ``openbook ask``'s
    defaults (greedy, Lazy decoding, 16 new tokens).
-2. Hot swap, same server: concurrency 32 while ``POST /v1/kb/swap`` alternates every ``--swap-every`` s between
-   two knowledge bases under a temporary ``--kb-root``: the hot-swap experiment's 2016 and 2018 office
-   holders (openbook/experiments/hot_swap.py, from ``--leaders``; its changed-office questions are asked),
-   else two slices of the demo book. An answer is *mixed-version* when a passage it returns is not in the
-   knowledge-base version the answer names.
-3. Unbatched: a fresh server with ``--max-batch-size 1``, concurrency 32.
-4. Offline bound, after the last server stopped (never sharing the CPU with it): the same model, in a fresh
-   process as the server's is, answers the same questions with ``rag.ask`` in batches of the server's max
-   batch size for at least ``--seconds`` and whole passes over the questions (after one untimed batch), then
-   one at a time. (Measured in this process and over a window that could end inside a pass, it ran 10-13%
-   slower than the server in three runs of the Fast-decoding version of this benchmark.)
+2. Concurrency 32, compared in alternating rounds. Three processes each load the model once: that server, a
+   second one with batching off (``--max-batch-size 1``), and the offline bound (a fresh process of this script,
+   as the server runs in one), which answers the same questions with ``rag.ask`` in batches of the server's max
+   batch size, or one at a time, in the clients' turn order for at least ``--seconds`` and whole passes over the
+   questions (after one untimed batch). Each round measures the four arms (batched, unbatched, offline batched,
+   offline one at a time) one after another for ``--seconds`` each while the other processes sit idle, in the
+   order A B C D, then D C B A in the next round (``--rounds``, default 2): this VM's speed drifts by 5-15%
+   over minutes, as much as the gain being measured, and measured minutes apart (as runs 1-12 did) the ratios
+   took that drift with them. Each arm's rate pools its rounds; ``per_round`` gives each round's ratios.
+3. Hot swap, last (it leaves the server on a swap book): concurrency 32 while ``POST /v1/kb/swap`` alternates
+   every ``--swap-every`` s between two knowledge bases under a temporary ``--kb-root``: the hot-swap
+   experiment's 2016 and 2018 office holders (openbook/experiments/hot_swap.py, from ``--leaders``; its
+   changed-office questions are asked), else two slices of the demo book. An answer is *mixed-version* when a
+   passage it returns is not in the knowledge-base version the answer names.
 
 Answers per second (``qps``) are the steady rate: the answers completed inside the window after its first
 batch, over the time from that batch's end to the last of them (:func:`steady_qps`; ``qps_window``, the
@@ -24,11 +27,13 @@ every answered request. Every phase is bounded (a request in flight gets ``--req
 server's ``--timeout-s``) and the server is always stopped. Targets (issue 11): batching speedup >= 1.5x
 at concurrency 32, server efficiency (qps_c32_batched / offline_batch_qps) >= 0.9, 0 errors, 0 mixed.
 
-Usage:  PYTHONPATH=. python bench/serve_load.py [--seconds 60] [--swap-every 5] [model options of openbook ask]
+Usage:  PYTHONPATH=. python bench/serve_load.py [--seconds 60] [--rounds 2] [--swap-every 5] [model options of
+        openbook ask]
 
 It ends with one JSON line: ``qps_c32_batched``, ``qps_c32_unbatched``, ``batching_speedup``,
 ``offline_batch_qps``, ``server_efficiency``, ``p99_ms_c8``, ``errors``, ``swaps``,
-``mixed_version_answers`` and ``levels`` (each phase's answers, qps, p50/p95/p99/mean ms, errors).
+``mixed_version_answers``, ``levels`` (each phase's answers, qps, p50/p95/p99/mean ms, errors; pooled over the
+rounds at concurrency 32, with ``rounds_qps``) and ``per_round``.
 """
 
 from __future__ import annotations
@@ -36,7 +41,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import math
 import os
 import random
 import signal
@@ -51,6 +55,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from _common import print_header, quiet
+from _offline_bound import OfflineBound, offline_worker
 from ask_latency import QUESTIONS, ask_settings, percentile
 
 REPO = Path(__file__).resolve().parents[1]
@@ -86,9 +91,9 @@ def latency_ms(latencies: list[float]) -> dict:
         "mean_ms": round(1000 * statistics.fmean(latencies), 1)}
 
 
-def steady_qps(ends: list[float], batch_sizes: list[int], seconds: float) -> float | None:
-    """Answers per second while the server was busy: the answers that completed inside the window after the
-    first batch, over the time from that batch's end to the last of them (None without two batches).
+def steady_counts(ends: list[float], batch_sizes: list[int], seconds: float) -> tuple[int, float] | None:
+    """``(answers, seconds)`` while the server was busy: the answers that completed inside the window after the
+    first batch, and the time from that batch's end to the last of them (None without two batches).
 
     A batch's answers complete together, so counting the answers inside a fixed window rounds to whole
     batches: with batches of 8 that take 10 s, a 30 s window holds 2 or 3 of them, +-1 batch being +-25% of
@@ -100,7 +105,13 @@ def steady_qps(ends: list[float], batch_sizes: list[int], seconds: float) -> flo
     first = min(inside[0][1], len(inside))  # the first answers completed are those of one batch of this size
     later = len(inside) - first
     span = inside[-1][0] - inside[first - 1][0]
-    return later / span if later > 0 and span > 0 else None
+    return (later, span) if later > 0 and span > 0 else None
+
+
+def steady_qps(ends: list[float], batch_sizes: list[int], seconds: float) -> float | None:
+    """Answers per second while the server was busy (:func:`steady_counts`), None without two batches."""
+    counts = steady_counts(ends, batch_sizes, seconds)
+    return counts[0] / counts[1] if counts else None
 
 
 def compute_qps(compute_s: list[float], batch_sizes: list[int]) -> float | None:
@@ -112,14 +123,35 @@ def compute_qps(compute_s: list[float], batch_sizes: list[int]) -> float | None:
 
 
 def phase_figures(phase: Phase, concurrency: int) -> dict:
-    steady = steady_qps(phase.ends, phase.batch_sizes, phase.seconds)
-    window = phase.in_window / phase.seconds
-    return {"concurrency": concurrency, "seconds": phase.seconds, "answers": len(phase.latencies),
-            "qps": round(steady if steady is not None else window, 3), "qps_window": round(window, 3),
-            "compute_qps": compute_qps(phase.compute_s, phase.batch_sizes),
-            **latency_ms(phase.latencies),
-            "mean_batch_size": round(statistics.fmean(phase.batch_sizes), 2) if phase.batch_sizes else None,
-            "errors": sum(phase.errors.values()), "error_kinds": dict(phase.errors)}
+    return pooled_figures([phase], concurrency)
+
+
+def pooled_figures(phases: list[Phase], concurrency: int) -> dict:
+    """The figures of one or more windows of the same server and concurrency (rounds), pooled: answers per second
+    is every window's steady answers over their summed steady time (:func:`steady_counts`; a window without two
+    batches counts its answers over its length), latencies and batch sizes are those of all the answers; with
+    several windows, ``rounds_qps`` is each window's own rate."""
+    answers = spans = 0.0
+    rates = []
+    for phase in phases:
+        counts = steady_counts(phase.ends, phase.batch_sizes, phase.seconds) or (phase.in_window, phase.seconds)
+        answers, spans = answers + counts[0], spans + counts[1]
+        rates.append(round(counts[0] / counts[1], 3))
+    seconds = sum(phase.seconds for phase in phases)
+    merged = Phase(seconds)
+    for phase in phases:
+        merged.latencies += phase.latencies
+        merged.batch_sizes += phase.batch_sizes
+        merged.compute_s += phase.compute_s
+        merged.errors += phase.errors
+        merged.in_window += phase.in_window
+    figures = {"concurrency": concurrency, "seconds": seconds, "answers": len(merged.latencies),
+               "qps": round(answers / spans, 3), "qps_window": round(merged.in_window / seconds, 3),
+               "compute_qps": compute_qps(merged.compute_s, merged.batch_sizes),
+               **latency_ms(merged.latencies),
+               "mean_batch_size": round(statistics.fmean(merged.batch_sizes), 2) if merged.batch_sizes else None,
+               "errors": sum(merged.errors.values()), "error_kinds": dict(merged.errors)}
+    return figures | ({"rounds_qps": rates} if len(phases) > 1 else {})
 
 
 def mixed_version_answers(answers, passage_ids) -> int:
@@ -390,40 +422,18 @@ def passage_ids_under(root: Path):
     return passage_ids
 
 
-def offline_qps(args, questions: list[str], batch_sizes: tuple[int, ...], settings: dict) -> dict[int, float]:
-    """Answers per second of ``rag.ask`` in this process, in batches of each of ``batch_sizes``, for at least
-    ``--seconds`` each and whole passes over the questions. Batch 1 against the server's batch is what
-    batching can gain at best on this machine."""
-    from openbook.commands import options
-
-    rag = options.load_model(args)
-    rates = {}
-    for batch_size in batch_sizes:
-        # the clients' turn order, cut into batches as the server cuts it at full load, until every question has
-        # come as often as every other: a cycle of lcm(questions, batch) questions
-        cycle = math.lcm(len(questions), batch_size) // batch_size
-        batches = [[questions[(j * batch_size + i) % len(questions)] for i in range(batch_size)] for j in range(cycle)]
-        rag.ask(batches[0], **settings)  # untimed warm-up
-        # whole cycles only: a question's cost varies severalfold, so a window that ends inside a cycle would weigh
-        # some questions more than the server's clients, which ask each in turn
-        answered, done, start = 0, 0, time.perf_counter()
-        while done < len(batches) or time.perf_counter() - start < args.seconds or done % len(batches):
-            answered += len(rag.ask(batches[done % len(batches)], **settings))
-            done += 1
-        rates[batch_size] = round(answered / (time.perf_counter() - start), 3)
-    return rates
+ARMS = ("batched", "unbatched", "offline_batched", "offline_single")
 
 
-def offline_in_fresh_process(argv: list[str]) -> dict[int, float]:
-    """:func:`offline_qps` for ``(--max-batch-size, 1)`` run by this script with ``--offline-only`` in a new process,
-    as the server runs in one; its last stdout line is the rates."""
-    command = [sys.executable, str(Path(__file__).resolve()), *argv, "--offline-only"]
-    path = os.pathsep.join(filter(None, (str(REPO), os.environ.get("PYTHONPATH"))))
-    done = subprocess.run(command, capture_output=True, text=True, env={**os.environ, "PYTHONPATH": path})
-    if done.returncode != 0:
-        raise SystemExit(f"the offline bound failed ({done.returncode}):\n{done.stderr[-2000:]}")
-    rates = json.loads(done.stdout.strip().splitlines()[-1])
-    return {int(size): rate for size, rate in rates.items()}
+def schedule(rounds: int) -> list[tuple[str, ...]]:
+    """The order of the compared measurements in each round: :data:`ARMS`, reversed every other round (A B B A),
+    so that a drift of the machine's speed that is linear in time weighs on every arm alike."""
+    return [ARMS if r % 2 == 0 else ARMS[::-1] for r in range(rounds)]
+
+
+def pooled_rate(counts: list[tuple[int, float]]) -> float:
+    """Answers per second over several ``(answers, seconds)`` turns."""
+    return round(sum(n for n, _ in counts) / sum(s for _, s in counts), 3)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -439,6 +449,9 @@ def parse_args(argv=None) -> argparse.Namespace:
                         defaults={"dtype": ASK_DEFAULTS["dtype"]})
     p.add_argument("--seconds", type=float, default=60.0, help="length of each phase (default: %(default)s)")
     p.add_argument("--swap-every", type=float, default=5.0, help="seconds between swaps (default: %(default)s)")
+    p.add_argument("--rounds", type=int, default=2,
+                   help="rounds of the concurrency-32 comparison (batched, unbatched, offline), each arm --seconds "
+                        "(default: %(default)s)")
     p.add_argument("--max-batch-size", type=int, default=ServeConfig.max_batch_size,
                    help="the server's batch cap, and the offline batch (default: the server's, %(default)s)")
     p.add_argument("--max-wait-ms", type=float, default=None,
@@ -452,8 +465,10 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--swap-passages", type=int, default=500, help="passages per demo slice (without --leaders)")
     p.add_argument("--offline-only", action="store_true", help=argparse.SUPPRESS)  # step 4, in its own process
     args = p.parse_args(argv)
-    if min(args.seconds, args.swap_every, args.max_batch_size, args.request_timeout, args.swap_passages) <= 0:
-        p.error("--seconds, --swap-every, --max-batch-size, --request-timeout and --swap-passages must be positive")
+    if min(args.seconds, args.swap_every, args.max_batch_size, args.request_timeout, args.swap_passages,
+           args.rounds) <= 0:
+        p.error("--seconds, --swap-every, --max-batch-size, --request-timeout, --swap-passages and --rounds must be "
+                "positive")
     return args
 
 
@@ -476,7 +491,7 @@ def main(argv=None) -> None:
         raise SystemExit(f"{args.questions}: no questions")
     settings, _ = ask_settings(args.k or DEFAULT_K)
     if args.offline_only:
-        print(json.dumps(offline_qps(args, questions, (args.max_batch_size, 1), settings)))
+        offline_worker(args, questions, (args.max_batch_size, 1), settings, sys.stdin, sys.stdout)
         return
     body, levels = ask_body(settings), {}
     token = f"bench-{random.getrandbits(64):016x}"
@@ -489,35 +504,62 @@ def main(argv=None) -> None:
         if response.status_code != 200:
             raise SystemExit(f"the warm-up question failed: HTTP {response.status_code} {response.text[:300]}")
 
-    def run(server, name, concurrency, qs, swapper=None):
-        phase = asyncio.run(drive(server.url, concurrency, args.seconds, qs, body, args.request_timeout, swapper))
-        levels[name] = phase_figures(phase, concurrency)
-        print(f"{name:14s} {json.dumps(levels[name])}", flush=True)
-        return phase
+    def drive_phase(server, concurrency, qs, swapper=None):
+        return asyncio.run(drive(server.url, concurrency, args.seconds, qs, body, args.request_timeout, swapper))
 
+    def report(name, figures):
+        levels[name] = figures
+        print(f"{name:14s} {json.dumps(figures)}", flush=True)
+
+    windows = {"batched": [], "unbatched": []}
+    turns = {"offline_batched": [], "offline_single": []}
     with tempfile.TemporaryDirectory(prefix="serve-load-") as tmp:
         root, log = Path(tmp) / "kb-root", Path(tmp) / "server.log"
         names, swap_questions = swap_books(args, root)
         batched = [*serve_flags(args, args.max_batch_size), "--kb-root", str(root)]
         with Server(batched, log, args.startup_timeout, env={ADMIN_TOKEN_ENV: token}) as server:
             warm(server)
-            for concurrency in LEVELS:
-                run(server, f"c{concurrency}", concurrency, questions)
+            for concurrency in LEVELS[:-1]:
+                report(f"c{concurrency}", phase_figures(drive_phase(server, concurrency, questions), concurrency))
+            # Concurrency 32: the batched server, a server with batching off and rag.ask offline, each loaded once
+            # in its own process and idle while another is measured, in alternating rounds (schedule)
+            with Server(serve_flags(args, 1), log, args.startup_timeout) as unbatched, \
+                    OfflineBound(argv if argv is not None else sys.argv[1:], log, args.startup_timeout) as offline:
+                warm(unbatched)
+                for r, arms in enumerate(schedule(args.rounds)):
+                    for arm in arms:
+                        if arm in windows:
+                            phase = drive_phase(server if arm == "batched" else unbatched, TOP, questions)
+                            windows[arm].append(phase)
+                            done = f"{phase_figures(phase, TOP)['qps']} answers/s"
+                        else:
+                            size = args.max_batch_size if arm == "offline_batched" else 1
+                            turns[arm].append(offline.turn(size))
+                            done = f"{turns[arm][-1][0] / turns[arm][-1][1]:.3f} answers/s"
+                        print(f"round {r + 1} {arm:16s} {done}", flush=True)
+            report(f"c{TOP}", pooled_figures(windows["batched"], TOP))
+            report(f"c{TOP}_unbatched", pooled_figures(windows["unbatched"], TOP))
+            # Hot swap, last: it leaves the server on one of the two swap books
             swapper = Swapper(names, args.swap_every, token)
-            swap_phase = run(server, f"c{TOP}_swap", TOP, swap_questions or questions, swapper)
+            swap_phase = drive_phase(server, TOP, swap_questions or questions, swapper)
+            report(f"c{TOP}_swap", phase_figures(swap_phase, TOP))
         swaps = swapper.counts
         mixed = mixed_version_answers(swap_phase.answers, passage_ids_under(root))
         print(f"swaps {swaps['swaps']} (failed {swaps['swap_errors']}), mixed-version answers {mixed}", flush=True)
-        with Server(serve_flags(args, 1), log, args.startup_timeout) as server:
-            warm(server)
-            run(server, f"c{TOP}_unbatched", TOP, questions)
-    rates = offline_in_fresh_process(argv if argv is not None else sys.argv[1:])
-    bound, single = rates[args.max_batch_size], rates[1]
+    bound, single = pooled_rate(turns["offline_batched"]), pooled_rate(turns["offline_single"])
     print(f"offline rag.ask in batches of {args.max_batch_size}: {bound} answers/s; one at a time: {single}", flush=True)
+    per_round = {  # each round's own ratios: how far the machine's drift moves them
+        "batching_speedup": [_ratio(b, u) for b, u in zip(levels[f"c{TOP}"].get("rounds_qps", []),
+                                                          levels[f"c{TOP}_unbatched"].get("rounds_qps", []))],
+        "server_efficiency": [_ratio(b, n / t) for b, (n, t) in zip(levels[f"c{TOP}"].get("rounds_qps", []),
+                                                                    turns["offline_batched"])],
+        "offline_batching_speedup": [_ratio(nb / tb, ns / ts) for (nb, tb), (ns, ts) in
+                                     zip(turns["offline_batched"], turns["offline_single"])]}
     result = result_line(levels, offline_qps=bound, swaps=swaps["swaps"], swap_errors=swaps["swap_errors"],
                          mixed=mixed, extra={
                              # the most batching can gain here, whatever the server does
                              "offline_single_qps": single, "offline_batching_speedup": _ratio(bound, single),
+                             "rounds": args.rounds, "per_round": per_round if args.rounds > 1 else None,
                              "settings": {**settings, "dtype": args.dtype, "max_batch_size": args.max_batch_size,
                                           "max_wait_ms": args.max_wait_ms, "seconds": args.seconds,
                                           "swap_every": args.swap_every, "model_flags": model_flags(args)},

@@ -25,6 +25,11 @@ def bench():
         yield importlib.import_module("serve_load")
 
 
+@pytest.fixture(scope="module")
+def offline(bench):
+    return importlib.import_module("_offline_bound")  # imported by serve_load
+
+
 @pytest.mark.parametrize("values", [[0.8], [0.5, 2.0], [3.0, 1.0, 2.0, 10.0, 0.25], list(np.linspace(0.1, 3.0, 150))])
 def test_latency_percentiles_are_numpys_in_milliseconds(bench, values):
     got = bench.latency_ms(values)
@@ -154,20 +159,26 @@ FRA,França,head_of_state,Emmanuel Macron,Q5,2017-05-14T00:00:00Z,,,
 
 @pytest.mark.slow
 @pytest.mark.skipif(os.environ.get("OPENBOOK_SLOW") != "1",
-                    reason="starts `openbook serve` twice as a subprocess on a tiny saved model (about 10 s each "
-                    "here: importing torch, transformers and FastAPI); set OPENBOOK_SLOW=1 to run")
+                    reason="starts `openbook serve` twice and the offline bound once as subprocesses on a tiny saved "
+                    "model (about 10 s each here: importing torch, transformers and FastAPI); set OPENBOOK_SLOW=1 to run")
 def test_one_short_run_on_a_tiny_model(bench, tmp_path, capsys, monkeypatch):
     from test_closed_book import save_tiny_models
 
     gen_dir, enc_dir, kb_dir = save_tiny_models(tmp_path)
     (tmp_path / "leaders.csv").write_text(LEADERS, encoding="utf-8")
     real, servers = bench.Server, []
+    real_bound, bounds = bench.OfflineBound, []
 
     def recording(*args, **kwargs):
         servers.append(real(*args, **kwargs))
         return servers[-1]
 
+    def recording_bound(*args, **kwargs):
+        bounds.append(real_bound(*args, **kwargs))
+        return bounds[-1]
+
     monkeypatch.setattr(bench, "Server", recording)
+    monkeypatch.setattr(bench, "OfflineBound", recording_bound)
     bench.main(["--generator", str(gen_dir), "--encoder", str(enc_dir), "--kb", str(kb_dir), "--untrained", "--k", "2",
                 "--seconds", "1", "--swap-every", "0.3", "--leaders", str(tmp_path / "leaders.csv"),
                 "--startup-timeout", "300"])
@@ -179,7 +190,11 @@ def test_one_short_run_on_a_tiny_model(bench, tmp_path, capsys, monkeypatch):
     assert line["levels"]["c32_unbatched"]["mean_batch_size"] == 1.0 and line["levels"]["c32"]["mean_batch_size"] > 1
     assert line["offline_batch_qps"] > 0 and line["qps_c32_batched"] == line["levels"]["c32"]["qps"]
     assert line["levels"]["c32"]["compute_qps"] > 0  # the server reported its compute time
+    assert line["rounds"] == 2 and line["levels"]["c32"]["rounds_qps"] and len(line["levels"]["c32"]["rounds_qps"]) == 2
+    assert len(line["per_round"]["batching_speedup"]) == 2 and len(line["per_round"]["offline_batching_speedup"]) == 2
+    assert line["offline_single_qps"] > 0
     assert len(servers) == 2 and all(s.process.poll() is not None for s in servers)  # both stopped
+    assert len(bounds) == 1 and bounds[0].process.poll() == 0  # and the offline bound ended by itself
 
 
 def test_steady_qps_times_batches_from_the_first_ones_end(bench):
@@ -200,31 +215,35 @@ def test_steady_qps_times_batches_from_the_first_ones_end(bench):
     assert single["qps"] == 0.4
 
 
-def test_the_offline_bound_runs_in_a_fresh_process_of_this_script(bench, monkeypatch):
-    import subprocess as sp
-
-    seen = {}
-
-    def run(command, **kwargs):
-        seen["command"], seen["env"] = command, kwargs["env"]
-        return sp.CompletedProcess(command, 0, stdout='versions: ...\n{"8": 0.66, "1": 0.51}\n', stderr="")
-
-    monkeypatch.setattr(bench.subprocess, "run", run)
-    rates = bench.offline_in_fresh_process(["--k", "2", "--seconds", "5"])
-    assert rates == {8: 0.66, 1: 0.51}
-    assert seen["command"][1].endswith("serve_load.py") and seen["command"][2:] == ["--k", "2", "--seconds", "5",
-                                                                                   "--offline-only"]
-    monkeypatch.setattr(bench.subprocess, "run", lambda command, **kw: sp.CompletedProcess(command, 1, "", "boom"))
-    with pytest.raises(SystemExit, match=r"offline bound failed \(1\)") as failed:
-        bench.offline_in_fresh_process([])
+def test_the_offline_bound_is_a_fresh_process_of_this_script_that_idles_between_turns(offline, tmp_path):
+    bound = offline.OfflineBound(["--k", "2", "--seconds", "5"], tmp_path / "log", timeout=60.0)
+    assert bound.command[1].endswith("serve_load.py") and bound.command[2:] == ["--k", "2", "--seconds", "5",
+                                                                               "--offline-only"]
+    # a stand-in worker speaking the same protocol: noise, the ready line, then one JSON line per batch size asked
+    bound.command = [sys.executable, "-c", (
+        "import json, sys\n"
+        "print('versions: ...'); print(%r, flush=True)\n"
+        "for line in sys.stdin:\n"
+        "    size = int(line); print('noise'); print(json.dumps({'batch_size': size, 'answers': 3 * size, "
+        "'seconds': 1.5}), flush=True)\n") % offline.OFFLINE_READY]
+    with bound:
+        assert bound.turn(8) == (24, 1.5) and bound.turn(1) == (3, 1.5)
+    assert bound.process.poll() == 0  # stdin closed: it ended by itself
+    failing = offline.OfflineBound([], tmp_path / "log", timeout=60.0)
+    failing.command = [sys.executable, "-c", "import sys; print('boom', file=sys.stderr); sys.exit(3)"]
+    with pytest.raises(SystemExit, match=r"offline bound failed \(3\)") as failed:
+        with failing:
+            pass
     assert "boom" in str(failed.value)
+    hanging = offline.OfflineBound([], tmp_path / "log", timeout=1.0)
+    hanging.command = [sys.executable, "-c", "import time; time.sleep(60)"]
+    with pytest.raises(SystemExit, match="offline bound failed"):
+        with hanging:
+            pass
+    assert hanging.process.poll() is not None  # stopped within the bound, not left behind
 
 
-def test_the_offline_bound_runs_whole_passes_over_the_questions(bench, monkeypatch):
-    import argparse
-
-    from openbook.commands import options
-
+def test_the_offline_bound_runs_whole_passes_over_the_questions(offline):
     calls = []
 
     class Counting:
@@ -232,8 +251,25 @@ def test_the_offline_bound_runs_whole_passes_over_the_questions(bench, monkeypat
             calls.append(list(questions))
             return questions
 
-    monkeypatch.setattr(options, "load_model", lambda args: Counting())
-    bench.offline_qps(argparse.Namespace(seconds=0.0), [f"q{i}" for i in range(5)], (2,), {})
-    # an untimed warm-up, then one whole cycle of the clients' turn order even though the time is up at once,
-    # cut into batches as the server cuts it: every question as often, in the batches the server sees
-    assert calls == [["q0", "q1"], ["q0", "q1"], ["q2", "q3"], ["q4", "q0"], ["q1", "q2"], ["q3", "q4"]]
+    batches = offline.offline_batches([f"q{i}" for i in range(5)], 2)
+    answers, seconds = offline.time_cycles(Counting(), batches, {}, 0.0)
+    # one whole cycle of the clients' turn order even though the time is up at once, cut into batches as the server
+    # cuts it: every question as often, in the batches the server sees
+    assert calls == [["q0", "q1"], ["q2", "q3"], ["q4", "q0"], ["q1", "q2"], ["q3", "q4"]]
+    assert answers == 10 and seconds >= 0
+
+
+def test_the_rounds_alternate_their_order_and_pool_their_windows(bench):
+    assert bench.schedule(3) == [bench.ARMS, bench.ARMS[::-1], bench.ARMS]  # A B C D, D C B A, A B C D
+    assert set(bench.ARMS) == {"batched", "unbatched", "offline_batched", "offline_single"}
+    # batches of 4 every 10 s in one window (8 steady answers in 20 s), every 5 s in the other (8 in 10 s)
+    slow = bench.Phase(seconds=35.0, latencies=[1.0] * 12, in_window=12, batch_sizes=[4] * 12,
+                       ends=[10.0] * 4 + [20.0] * 4 + [30.0] * 4, compute_s=[10.0] * 12)
+    fast = bench.Phase(seconds=35.0, latencies=[2.0] * 12, in_window=12, batch_sizes=[4] * 12,
+                       ends=[5.0] * 4 + [10.0] * 4 + [15.0] * 4, compute_s=[5.0] * 12, errors=Counter({"http 503": 1}))
+    pooled = bench.pooled_figures([slow, fast], 32)
+    assert pooled["qps"] == round(16 / 30.0, 3)  # not the mean of 0.4 and 0.8: every steady answer over their time
+    assert pooled["rounds_qps"] == [0.4, 0.8] and pooled["answers"] == 24 and pooled["seconds"] == 70.0
+    assert pooled["errors"] == 1 and pooled["mean_batch_size"] == 4.0 and pooled["p50_ms"] == 1500.0
+    assert "rounds_qps" not in bench.phase_figures(slow, 32)  # one window: as before
+    assert bench.pooled_rate([(10, 5.0), (30, 5.0)]) == 4.0
