@@ -23,7 +23,7 @@ class ServeConfig:
 
     kb_root: str | None = None
     admin_token: str | None = None
-    max_batch_size: int = 8  # serve_load runs 9, 10, 12: batches of 16 and 32 gained no more than 8 (1.43x, 1.42x, 1.39x)
+    max_batch_size: int = 8  # serve_load runs 13-14 (rounds): 16 gained 1.42x to 8's 1.40x; runs 10, 12: 16 and 32 no more
     max_wait_ms: float = 10.0
     max_queue: int = 64
     timeout_s: float = 60.0
