@@ -30,6 +30,7 @@ def _torchrun(processes: int, kb: Path, out: Path, *args: str) -> dict:
     env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1",
            "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
     subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={processes}",
+                    "--log-dir", str(out.parent / "torchrun-logs"),  # not a torchelastic_* folder left in /tmp
                     str(TESTS / "ddp_worker.py"), str(kb), str(out), "--timing", str(timing), *args],
                    env=env, check=True, capture_output=True)
     return json.loads(timing.read_text())

@@ -17,6 +17,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -45,7 +46,7 @@ def two_processes(kb: str, out: Path, *args: str, ok: bool = True) -> subprocess
     env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1",
            "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
     done = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
-                           str(WORKER), kb, str(out), "--float64", *args], env=env, capture_output=True, text=True,
+                           "--log-dir", str(out.parent / "torchrun-logs"), str(WORKER), kb, str(out), "--float64", *args], env=env, capture_output=True, text=True,
                           timeout=600)
     if ok:
         assert done.returncode == 0, done.stderr[-3000:]
@@ -156,6 +157,9 @@ def test_train_command_with_nproc_2_runs_end_to_end_and_rank_0_alone_writes(tmp_
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(spy), str(ROOT), os.environ.get("PYTHONPATH")])))
     monkeypatch.setenv("OPENBOOK_TEST_WRITES", str(writes))
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    temporary = tmp_path / "tmp"  # the launcher's temporary directory: empty again afterwards
+    temporary.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(temporary))
     run = tmp_path / "run"
     code = main(["train", "--train", str(data), "--kb", str(kb_dir), "--generator", str(gen_dir), "--encoder",
                  str(enc_dir), "--k", "2", "--max-steps", "2", "--batch-size", "2", "--checkpoint-every", "1",
@@ -171,6 +175,7 @@ def test_train_command_with_nproc_2_runs_end_to_end_and_rank_0_alone_writes(tmp_
     begun = writes.read_text().splitlines()  # a checkpoint after each step and at the end: rank 0's, never rank 1's
     assert begun and set(begun) == {"0 checkpoint"}, begun
     assert not [p.name for p in run.iterdir() if p.name.startswith(".checkpoint")]  # no half-written copies
+    assert not list(temporary.iterdir())  # torchrun's log folder went with the processes (no torchelastic_* left)
 
 
 @pytest.mark.parametrize("options, message", [

@@ -146,12 +146,21 @@ def global_mean(local_sum: float) -> float:
 def launch(processes: int, argv: list[str]) -> int:
     """Run ``python -m openbook <argv>`` in ``processes`` local processes through torchrun's elastic launcher
     (:mod:`torch.distributed.run`, ``--standalone``: a rendezvous on a free local port). Each process prints its
-    own errors; a failure ends all of them and becomes one line here."""
+    own errors; a failure ends all of them and becomes one line here. The launcher's log folder (its per-process
+    error files; without one it makes a ``torchelastic_*`` folder in the temporary directory and leaves it there)
+    is a temporary one, removed when the processes have ended."""
+    import tempfile
+
+    with tempfile.TemporaryDirectory(prefix="openbook-torchrun-") as logs:
+        return _launch(processes, argv, logs)
+
+
+def _launch(processes: int, argv: list[str], log_dir: str) -> int:
     from torch.distributed import run as torchrun
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
 
     args = torchrun.parse_args(["--standalone", f"--nproc-per-node={processes}", "--max-restarts=0",
-                                "--module", "openbook"])
+                                f"--log-dir={log_dir}", "--module", "openbook"])
     # openbook's own arguments bypass torchrun's parser, which would read `--nproc N` in them as an
     # ambiguous abbreviation of its --nproc-per-node (argparse matches prefixes even in the script's args)
     args.training_script_args = list(argv)
