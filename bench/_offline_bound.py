@@ -43,7 +43,7 @@ OFFLINE_READY = "offline bound ready"
 
 
 def offline_worker(args, questions: list[str], batch_sizes: tuple[int, ...], settings: dict, commands, out) -> None:
-    """Step 4's process (``--offline-only``): load the model, ask one untimed batch of each size, say
+    """The offline bound's process (``serve_load.py --offline-only``): load the model, ask one untimed batch of each size, say
     :data:`OFFLINE_READY`, then for each line of ``commands`` (a batch size) answer :func:`time_cycles` for
     ``--seconds`` as one JSON line ``{"batch_size", "answers", "seconds"}``; idle in between."""
     from openbook.commands import options
@@ -64,6 +64,7 @@ class OfflineBound:
     between its turns (:meth:`turn`), so that its turns can alternate with the servers' windows."""
 
     def __init__(self, argv: list[str], log: Path, timeout: float):
+        """``timeout``: the longest wait for one line of the process (loading the model, or one turn)."""
         self.command = [sys.executable, str(SCRIPT), *argv, "--offline-only"]
         self.log, self.timeout, self.process = log, timeout, None
 
@@ -73,8 +74,13 @@ class OfflineBound:
             self.process = subprocess.Popen(self.command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log,
                                             text=True, env={**os.environ, "PYTHONPATH": path})
         self.lines: queue.SimpleQueue = queue.SimpleQueue()  # its stdout, read by a thread: waits can time out
-        threading.Thread(target=lambda: [*map(self.lines.put, self.process.stdout), self.lines.put("")],
-                         daemon=True).start()
+
+        def read() -> None:
+            for line in self.process.stdout:
+                self.lines.put(line)
+            self.lines.put("")  # the end
+
+        threading.Thread(target=read, daemon=True).start()
         try:
             while self._line() != OFFLINE_READY:
                 pass
@@ -93,7 +99,7 @@ class OfflineBound:
         except queue.Empty:
             line = ""
         if not line:
-            self.stop()
+            self.stop(grace=0.0)  # ended, or hung: not worth waiting for
             tail = "\n".join(self.log.read_text(errors="replace").splitlines()[-30:])
             raise SystemExit(f"the offline bound failed ({self.process.returncode}):\n{tail}")
         return line.strip()
@@ -108,12 +114,13 @@ class OfflineBound:
                 data = json.loads(line)
                 return int(data["answers"]), float(data["seconds"])
 
-    def stop(self) -> None:
+    def stop(self, grace: float = 30.0) -> None:
+        """End the process: close its commands (its loop ends), wait ``grace`` s, then kill it."""
         if self.process is None or self.process.poll() is not None:
             return
         try:
-            self.process.stdin.close()  # its loop over the commands ends
-            self.process.wait(timeout=30)
+            self.process.stdin.close()
+            self.process.wait(timeout=grace)
         except (OSError, subprocess.TimeoutExpired):
             self.process.kill()
             self.process.wait()

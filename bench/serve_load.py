@@ -524,7 +524,8 @@ def main(argv=None) -> None:
             # Concurrency 32: the batched server, a server with batching off and rag.ask offline, each loaded once
             # in its own process and idle while another is measured, in alternating rounds (schedule)
             with Server(serve_flags(args, 1), log, args.startup_timeout) as unbatched, \
-                    OfflineBound(argv if argv is not None else sys.argv[1:], log, args.startup_timeout) as offline:
+                    OfflineBound(argv if argv is not None else sys.argv[1:], log,
+                                 max(args.startup_timeout, 20 * args.seconds)) as offline:
                 warm(unbatched)
                 for r, arms in enumerate(schedule(args.rounds)):
                     for arm in arms:
