@@ -1,4 +1,4 @@
-"""`openbook kb build --ray`: a Ray Data actor pool (2 local workers) writes the knowledge base the local
+"""`openbook kb build --ray`: a pool of Ray actors (2 local workers, kept for the whole build) writes the knowledge base the local
 build writes, an interrupted Ray build resumes, rows come back in input order, and the bfloat16 encoding
 path stays close to float32. Tiny random encoder; the shared local Ray of ray_fixture."""
 
@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import functools
 import json
+import os
 
 import numpy as np
 import pytest
@@ -101,8 +102,25 @@ def test_ray_encode_returns_rows_in_input_order(ray_local, local_kb, encoder_dir
     assert lengths != sorted(lengths, reverse=True)  # the pool's length sort really reorders them
     _, encoder = local_kb
     expected = encoder.encode_passages(passages, sort=False)
-    got = ray_encode(encoder_dir)(passages)
+    with ray_encode(encoder_dir) as encode:
+        got = encode(passages)
     np.testing.assert_allclose(got, expected, **model_tolerance(expected, encoder.model.config, length=16))
+
+
+def test_the_actors_load_their_encoder_once_and_serve_every_batch(ray_local, encoder_dir):  # noqa: F811
+    # a build's later batches reuse the first one's actors and encoders (with --compile, their compiled copies)
+    def actor_state(actors):
+        return ray_local.get([a.__ray_call__.remote(lambda actor: (os.getpid(), id(actor.encode))) for a in actors])
+
+    passages = corpus()
+    with ray_encode(encoder_dir) as encode:
+        first = encode(passages)
+        actors = list(encode._actors)
+        before = actor_state(actors)
+        for _ in range(2):
+            np.testing.assert_array_equal(encode(passages), first)  # the same encoders, the same chunks
+        assert encode._actors == actors and actor_state(actors) == before and len(set(before)) == 2
+    assert encode._actors is None  # closed: the actors are stopped
 
 
 class Interrupted(Exception):
@@ -125,12 +143,14 @@ class StopAfter:
 def test_interrupted_ray_build_resumes(ray_local, local_kb, encoder_dir, tmp_path):  # noqa: F811
     expected, encoder = local_kb
     out = tmp_path / "kb"
-    with pytest.raises(Interrupted):
-        KnowledgeBase.build(corpus(), StopAfter(ray_encode(encoder_dir), 1), encoder.info(), out,
+    with ray_encode(encoder_dir) as encode, pytest.raises(Interrupted):
+        KnowledgeBase.build(corpus(), StopAfter(encode, 1), encoder.info(), out,
                             batch_size=BATCH, progress=False, resume=True)
     assert partial_dir(out).is_dir() and not out.exists()
-    resumed = StopAfter(ray_encode(encoder_dir), 99)
-    kb = KnowledgeBase.build(corpus(), resumed, encoder.info(), out, batch_size=BATCH, progress=False, resume=True)
+    with ray_encode(encoder_dir) as encode:
+        resumed = StopAfter(encode, 99)
+        kb = KnowledgeBase.build(corpus(), resumed, encoder.info(), out, batch_size=BATCH, progress=False,
+                                 resume=True)
     assert resumed.calls == 1  # only the batch not encoded before the interruption
     assert not partial_dir(out).exists()
     assert_same_kb(kb, expected, encoder)

@@ -104,12 +104,10 @@ def _register_build(actions) -> None:
                        help="encode with a TorchInductor-compiled copy of the encoder, compiled first (tens of "
                             "seconds): with --encode-dtype int8 it quantises through torchao and is the fastest "
                             "way here (bench/build_throughput.py); needs a C++ compiler, and torchao for int8 "
-                            "(pip install 'openbook[compile]'). With --ray every actor compiles again for each "
-                            "--batch-size batch (Ray Data starts its actors anew for each): at the default 4096 "
-                            "passages int8 encoded at 0.69x its speed without --compile (bench/_scale_encode.py "
-                            "--kinds)")
+                            "(pip install 'openbook[compile]'). With --ray each actor compiles once, at the first "
+                            "batch")
     build.add_argument("--ray", nargs="?", const="", default=None, metavar="ADDRESS",
-                       help="encode on a Ray cluster (Ray Data actor pool, one encoder per actor): the one at "
+                       help="encode on a Ray cluster (a pool of actors that serve the whole build, one encoder each): the one at "
                             "ADDRESS (e.g. auto or ray://head:10001), or without ADDRESS a local Ray with this "
                             "machine's CPUs; the knowledge base is the one the local build writes")
     build.add_argument("--ray-workers", type=positive_int, default=None, metavar="N",

@@ -1,12 +1,13 @@
-"""Encoding a build's passages on a Ray cluster: a Ray Data actor pool, one document encoder per actor.
+"""Encoding a build's passages on a Ray cluster: a pool of Ray actors, one document encoder per actor.
 
 :class:`RayEncodePassages` is an ``encode_passages`` function (a list of passages -> a float32 matrix,
 rows in input order) like the one a local build is given, so the crash-safe resumable build
 (:mod:`openbook.index.kb.build`) keeps its batches, progress file and resume unchanged: only "encode
-this batch" runs elsewhere. Each batch becomes a small Ray dataset, sorted by length (so the rows an
-actor pads together are of similar length), cut into ``workers`` times a few chunks, and mapped by
-``map_batches`` with a callable class over ``workers`` actors; the vectors come back tagged with their
-row and are put back in input order.
+this batch" runs elsewhere. Its ``workers`` actors start at the first batch and serve every later one, so
+each loads (and with ``--compile`` compiles) its encoder once per build, not once per batch. Each batch is
+sorted by length (so the rows an actor pads together are of similar length), cut into ``workers`` times a
+few chunks, and handed out by Ray's ``ActorPool`` to whichever actor is free; the vectors come back tagged
+with their row and are put back in input order.
 
 The index layer does not import the models: the caller passes ``make_encode``, a picklable function
 that builds the encoder in each actor and returns its ``encode_passages`` (see
@@ -34,26 +35,26 @@ def import_ray():
     """The ``ray`` module, or a one-line error saying how to install it."""
     try:
         import ray
-        import ray.data  # noqa: F401
+        import ray.util  # noqa: F401 (ActorPool)
     except ImportError:
         raise InputError("--ray needs Ray: pip install 'ray[data]'") from None
     return ray
 
 
 class _EncodeActor:
-    """One Ray Data actor: builds its encoder once, then encodes the chunks it is given."""
+    """One Ray actor: builds its encoder once, then encodes every chunk it is given, batch after batch."""
 
     def __init__(self, make_encode: Callable[[], EncodePassages]):
         self.encode = make_encode()
 
-    def __call__(self, chunk: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-        passages = [Passage(str(i), str(t), str(x)) for i, t, x in zip(chunk["id"], chunk["title"], chunk["text"])]
-        vectors = np.asarray(self.encode(passages), dtype=np.float32)
-        return {"row": np.asarray(chunk["row"], dtype=np.int64), "vector": vectors}
+    def run(self, chunk: list[tuple[int, str, str, str]]) -> tuple[np.ndarray, np.ndarray]:
+        """``(rows, vectors)`` of ``(row, id, title, text)`` items."""
+        vectors = np.asarray(self.encode([Passage(str(i), t, x) for _, i, t, x in chunk]), dtype=np.float32)
+        return np.asarray([row for row, *_ in chunk], dtype=np.int64), vectors
 
 
 class RayEncodePassages:
-    """``encode_passages`` on a Ray actor pool; ``close()`` (or ``with``) shuts down a Ray it started.
+    """``encode_passages`` on a Ray actor pool; ``close()`` (or ``with``) stops its actors and a Ray it started.
 
     Args:
         make_encode: picklable, no arguments; run once in each actor, returns ``encode_passages``.
@@ -84,29 +85,29 @@ class RayEncodePassages:
             except ConnectionError as exc:
                 raise InputError(f"cannot connect to the Ray cluster at {address!r}: {exc}") from None
             self.started = True
-        context = ray.data.DataContext.get_current()
-        context.enable_progress_bars = False  # the build's own bar counts the passages
-        context.print_on_execution_start = False
         cpus = int(ray.cluster_resources().get("CPU", 1))
         self.workers = workers or max(1, cpus)
+        self._actors: list | None = None  # started at the first batch
+
+    def _pool(self):
+        ray = import_ray()
+        if self._actors is None:
+            actor = ray.remote(num_cpus=1)(_EncodeActor)
+            self._actors = [actor.remote(self.make_encode) for _ in range(self.workers)]
+        return ray.util.ActorPool(self._actors)
 
     def __call__(self, batch: list[Passage]) -> np.ndarray:
-        ray = import_ray()
         if not batch:
             raise InputError("nothing to encode: the batch of passages is empty")
         # longest first (characters stand in for tokens here), so each chunk holds similar lengths
         order = sorted(range(len(batch)), key=lambda i: len(batch[i].title) + len(batch[i].text), reverse=True)
-        items = [{"row": i, "id": batch[i].id, "title": batch[i].title, "text": batch[i].text} for i in order]
-        chunk = max(1, math.ceil(len(items) / (self.workers * CHUNKS_PER_WORKER)))
-        blocks = max(1, math.ceil(len(items) / chunk))
-        encoded = ray.data.from_items(items, override_num_blocks=blocks).map_batches(
-            _EncodeActor, fn_constructor_args=(self.make_encode,), batch_size=chunk, batch_format="numpy",
-            concurrency=self.workers, num_cpus=1,
-        )
+        items = [(i, str(batch[i].id), str(batch[i].title), str(batch[i].text)) for i in order]
+        size = max(1, math.ceil(len(items) / (self.workers * CHUNKS_PER_WORKER)))
+        chunks = [items[start:start + size] for start in range(0, len(items), size)]
         rows, vectors = [], []
-        for part in encoded.iter_batches(batch_size=None, batch_format="numpy"):
-            rows.append(part["row"])
-            vectors.append(np.asarray(part["vector"], dtype=np.float32))
+        for part_rows, part_vectors in self._pool().map(lambda actor, chunk: actor.run.remote(chunk), chunks):
+            rows.append(part_rows)
+            vectors.append(part_vectors)
         rows, vectors = np.concatenate(rows), np.concatenate(vectors)
         if sorted(rows.tolist()) != list(range(len(batch))):
             raise RuntimeError(f"the Ray encoders returned rows {sorted(rows.tolist())[:10]}... for a batch of {len(batch)}")
@@ -115,7 +116,14 @@ class RayEncodePassages:
         return out
 
     def close(self) -> None:
-        """Shut down the local Ray this object started (a cluster joined or already running stays up)."""
+        """Stop the actors, and shut down the local Ray this object started (a cluster joined or already running
+        stays up). Actors whose pool is dropped without ``close()`` stop too: Ray ends an actor when its last
+        handle goes."""
+        if self._actors is not None:
+            ray = import_ray()
+            for actor in self._actors:
+                ray.kill(actor)
+            self._actors = None
         if self.started:
             import_ray().shutdown()
             self.started = False
