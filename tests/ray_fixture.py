@@ -14,7 +14,7 @@ import pytest
 
 @pytest.fixture(scope="session")
 def ray_local():
-    ray = pytest.importorskip("ray", reason="ray is not installed (pip install 'ray[data,serve]')")
+    ray = pytest.importorskip("ray", reason="ray is not installed (pip install 'openbook[scale]')")
     started = not ray.is_initialized()
     if started:
         os.environ.setdefault("RAY_DEDUP_LOGS", "0")

@@ -37,7 +37,7 @@ def import_ray():
         import ray
         import ray.util  # noqa: F401 (ActorPool)
     except ImportError:
-        raise InputError("--ray needs Ray: pip install 'ray[data]'") from None
+        raise InputError("--ray needs Ray: pip install 'openbook[scale]'") from None
     return ray
 
 

@@ -127,7 +127,7 @@ def start_shards(paths: list[Path], expected_encoder: dict[str, Any] | None, ver
     try:
         import ray
     except ImportError:
-        raise InputError("serving shards on Ray needs ray: pip install 'ray[data,serve]'") from None
+        raise InputError("serving shards on Ray needs ray: pip install 'openbook[scale]'") from None
     if not ray.is_initialized():
         ray.init(address=None if ray_address == "local" else ray_address, include_dashboard=False,
                  log_to_driver=False, configure_logging=False)
