@@ -200,6 +200,34 @@ def test_edits_go_to_one_shard_and_versions_are_recorded(tmp_path):
     assert load_knowledge_base(kb.path, version=5).lookup("doc:1") is None
 
 
+def test_a_view_at_another_version_shares_the_shards_and_opens_only_what_changed(tmp_path):
+    """What a server does at an edit (openbook.serve.routes): the new version is a view over the same shard
+    servers (on Ray: the same actors); closing the old view releases only the shard versions it alone showed, and
+    closing the last view closes the shards."""
+    from openbook.index.sharded import edits_for
+
+    kb = bow_kb(tmp_path, 3)  # version 1: every shard at its version 1
+    servers = [handle.server for handle in kb._handles]
+    version = edits_for(kb.path).add(kb.path, [Passage("new:1", "Volcano", "a volcano erupts lava")],
+                                     ENCODER.encode_passages)
+    view = kb.at_version(version)
+    assert view._handles is kb._handles and view.shard_versions == (2, 1, 1)
+    assert [s.open_versions() for s in servers] == [[1, 2], [1], [1]]  # only the edited shard opened a version
+    assert view.lookup("new:1") is not None and kb.lookup("new:1") is None  # each view shows its own version
+    kb.close()
+    assert [s.open_versions() for s in servers] == [[2], [1], [1]]
+    _, rows = view.search(ENCODER.encode_queries(["a volcano erupts lava"]), 1)
+    assert view.passages(rows[0])[0].id == "new:1"
+    older = view.at_version(1)  # a swap back to version 1 opens shard 0's version 1 again
+    assert [s.open_versions() for s in servers] == [[1, 2], [1], [1]] and older.lookup("new:1") is None
+    view.close()
+    older.close()  # the last view of the process that started the shards closes them
+    assert [s.open_versions() for s in servers] == [[], [], []]
+    with pytest.raises(KnowledgeBaseError, match="is closed"):
+        older.at_version()
+    older.close()  # twice: nothing more
+
+
 def test_swap_is_atomic_across_shards(tmp_path):
     kb = bow_kb(tmp_path, 2)
     kb.delete(["doc:0", "doc:1"])  # one passage on each shard

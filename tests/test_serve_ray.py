@@ -159,6 +159,42 @@ def test_cli_joins_a_cluster_by_address_and_sigterm_shuts_serve_down(deployed, r
         httpx.get(f"{base}/healthz", timeout=5)
 
 
+def test_one_replica_edits_a_sharded_book_on_the_drivers_shard_actors(ray_local, tmp_path):  # noqa: F811
+    """With one replica admin writes are on. An edit of a sharded knowledge base that the driver opened on Ray actors
+    is served from those same actors: the replica's new version is a view of them (``at_version``), not the shards
+    opened again in the replica's process; retiring its old view releases the edited shard's old version there and
+    leaves the actors, which the driver owns, running."""
+    import numpy as np
+
+    pytest.importorskip("ray.serve", reason="Ray Serve is not installed (pip install 'ray[serve]')")
+    from openbook.index.sharded import read_shards_manifest
+    from openbook.serve import ray_serve
+    from serve_helpers import PASSAGES
+
+    rag, encoder = tiny_rag(tmp_path)
+    sharded = shard_knowledge_base(tmp_path / "kbs" / "main", 2, tmp_path / "kbs" / "sharded")
+    on_ray = ShardedKnowledgeBase.load(sharded, ray_address="local")
+    remote = RAG(rag.query_encoder, rag.generator, on_ray, model="rag-token", k=3).eval()
+    port = free_port()
+    try:
+        ray_serve.start(config(tmp_path, encoder, load=lambda: remote), replicas=1, host=HOST, port=port)
+        with httpx.Client(base_url=f"http://{HOST}:{port}", timeout=120) as http:
+            new = {"passages": [{"id": "sun", "title": "Sun", "text": "the sun is a star at the centre"}]}
+            added = http.post("/v1/kb/passages", json=new, headers=ADMIN)
+            assert added.status_code == 200, added.text
+            every = {"question": "the sun is a star at the centre", "k": len(PASSAGES) + 1}
+            found = http.post("/v1/retrieve", json=every)
+        assert added.json()["kb"] == {"name": "sharded", "version": 2}
+        assert "sun" in [p["id"] for p in found.json()["results"][0]["passages"]]
+        shard_versions = read_shards_manifest(sharded)["versions"][-1]["shards"]
+        open_versions = ray_local.get([handle.actor.open_versions.remote() for handle in on_ray._handles])
+        assert sorted(shard_versions) == [1, 2] and open_versions == [[v] for v in shard_versions]
+        _, rows = on_ray.search(np.ones((1, on_ray.dim), np.float32), 2)  # the driver's actors still answer (its
+        assert rows.shape == (1, 2)  # view, at version 1, opens the edited shard's version 1 again)
+    finally:
+        ray_serve.stop(started=False, shared=on_ray)
+
+
 @pytest.mark.parametrize(("argv", "message"), [
     (["serve", "--ray", "--replicas", "0"], "--replicas must be at least 1, got 0"),
     (["serve", "--replicas", "2"], "--replicas needs --ray (without it one process serves the model)"),

@@ -99,14 +99,15 @@ def test_serve_on_shards_answers_as_on_the_whole_and_edits_the_shards(books):
         model_args = argparse.Namespace(**{name: getattr(args, name) for name in
                                            ("model", "run", "kb", "generator", "untrained", "encoder", "k", "dtype",
                                             "device")})
-        return create_app(ServeConfig(admin_token="secret", max_wait_ms=1.0,
+        return create_app(ServeConfig(admin_token="secret", max_wait_ms=1.0, kb_root=str(root),
                                       load=functools.partial(options.load_model, model_args)))
 
     body = {"question": QUESTIONS, "k": 2, "max_new_tokens": 4}
     admin = {"Authorization": "Bearer secret"}
 
     async def ask(kb, edit: bool):
-        async with client(app_on(kb)) as http:
+        app = app_on(kb)
+        async with client(app) as http:
             for _ in range(300):  # the model loads in the background: wait for readiness
                 if (await http.get("/readyz")).status_code == 200:
                     break
@@ -117,6 +118,7 @@ def test_serve_on_shards_answers_as_on_the_whole_and_edits_the_shards(books):
             info = (await http.get("/v1/kb")).json()
             edits = None
             if edit:
+                first = app.state.server.books.current.kb
                 new = {"passages": [{"id": "sun", "title": "Sun", "text": "the sun is a star at the centre"}]}
                 r = await http.post("/v1/kb/passages", json=new, headers=admin)
                 assert r.status_code == 200, r.text
@@ -128,13 +130,25 @@ def test_serve_on_shards_answers_as_on_the_whole_and_edits_the_shards(books):
                 deleted = r.json()["kb"]["version"]
                 every["k"] = info["num_passages"]
                 left = [p["id"] for p in (await http.post("/v1/retrieve", json=every)).json()["results"][0]["passages"]]
-                edits = (added, found, deleted, left, (await http.get("/v1/kb")).json())
+                last = app.state.server.books.current.kb
+                shared = last._handles is first._handles  # the same shard servers, not the shards loaded again
+                open_versions = [handle.server.open_versions() for handle in last._handles]
+                after = (await http.get("/v1/kb")).json()
+                r = await http.post("/v1/kb/swap", json={"name": kb.name, "version": 1}, headers=admin)
+                back = app.state.server.books.current.kb
+                swapped = (r.status_code, r.json(), back._handles is first._handles,
+                           [handle.server.open_versions() for handle in back._handles])
+                edits = (added, found, deleted, left, after, shared, open_versions, last.shard_versions, swapped)
             return answers, info, edits
 
     (whole, whole_info, _), (split, split_info, edits) = run_async(ask(kb_dir, False)), run_async(ask(sharded, True))
     assert split == whole
     assert split_info["num_passages"] == whole_info["num_passages"] and split_info["version"] == 1
-    added, found, deleted, left, after = edits
+    added, found, deleted, left, after, shared, open_versions, shard_versions, swapped = edits
+    # the edits' versions are views of the shards first opened: only the edited shard opened a new version, and
+    # the versions the retired views showed were released; a swap to another version of the folder is a view too
+    assert shared and open_versions == [[v] for v in shard_versions] and shard_versions == (3, 1)
+    assert swapped == (200, {"kb": {"name": "sharded-edited", "version": 1}}, True, [[1], [1]])
     # each edit is a new sharded version, served at once: the new passage is retrieved, then gone
     assert (added, deleted) == (2, 3) and "sun" in found and "sun" not in left
     assert len(found) == whole_info["num_passages"] + 1 and len(left) == whole_info["num_passages"]

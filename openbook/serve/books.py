@@ -141,9 +141,13 @@ class Books:
         return names
 
     def load(self, name: str, version: int | None, expected_encoder: dict | None) -> KnowledgeBase:
-        """Open knowledge base ``name`` under the root at ``version`` (default: its current one)."""
+        """Open knowledge base ``name`` under the root at ``version`` (default: its current one). Another version
+        of the folder served now is opened through it (``at_version``: a sharded one shares its shards)."""
         path = self.resolve(name)
+        current = self._current.kb
         try:
+            if path == Path(current.path).resolve():
+                return current.at_version(version)
             return load_knowledge_base(path, expected_encoder=expected_encoder, version=version)
         except KnowledgeBaseError as error:
             raise SwapTargetError(str(error)) from error

@@ -8,8 +8,11 @@ the loader gives it. A sharded ``--kb`` is opened once, by the driver, on Ray ac
 :func:`shared_knowledge_base`); every replica gets handles to those actors, so S shard actors serve all N
 replicas. An ordinary knowledge base is opened by each replica (its index in each replica's memory).
 
-Admin writes: with one replica they work as in ``openbook serve``. With more, a swap or an edit would reach only
-the replica that received it, so the replicas are read-only: every admin write answers 409 (``READ_ONLY``).
+Admin writes: with one replica they work as in ``openbook serve``; an edit of a sharded knowledge base on the shard
+actors serves its new version from the same actors (the replica's copy shares them but does not own them, so
+retiring its old version never stops them: :mod:`openbook.index.sharded.kb`). With more, a swap or an edit would
+reach only the replica that received it, so the replicas are read-only: every admin write answers 409
+(``READ_ONLY``).
 
 Ray is optional: it is imported inside the functions here, with a one-line error if it is missing.
 """

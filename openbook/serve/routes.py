@@ -98,9 +98,8 @@ def install_routes(app: FastAPI, server, static: Path) -> None:
     async def edit(change) -> s.EditResponse:
         """Apply ``change(edits, path, encoder) -> (version, n)`` in the worker and serve the new version as a new
         knowledge-base object (requests in flight keep theirs). ``edits`` are the path-level edits of the served
-        folder's kind, sharded or not (:func:`~openbook.index.sharded.edits_for`); a sharded one reopens with its
-        shards in this process."""
-        from openbook.index import load_knowledge_base
+        folder's kind, sharded or not (:func:`~openbook.index.sharded.edits_for`); a sharded one's new object
+        shares its shards (and their Ray actors), opening only the shard versions the edit wrote (``at_version``)."""
         from openbook.index.sharded import edits_for
 
         server.check_ready()
@@ -108,7 +107,7 @@ def install_routes(app: FastAPI, server, static: Path) -> None:
             def run():
                 book = server.books.current
                 version, changed = change(edits_for(book.kb.path), book.kb.path, server.document_encoder)
-                fresh = load_knowledge_base(book.kb.path, version=version, verify="size")
+                fresh = book.kb.at_version(version)
                 server.books.install(fresh, book.name)
                 server.metrics.swaps.inc()
                 return {"kb": {"name": book.name, "version": version}, "changed": changed}

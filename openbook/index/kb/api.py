@@ -157,6 +157,11 @@ class KnowledgeBase:
         self._set(fresh._path, fresh._manifest, fresh._version, fresh._store, fresh._embeddings, fresh._index)
         old.close()
 
+    def at_version(self, version: int | None = None) -> KnowledgeBase:
+        """This knowledge base at ``version`` (default: its current one) as a new object, opened from disk; this
+        one is left as it is (as :meth:`ShardedKnowledgeBase.at_version`, which shares its shards instead)."""
+        return type(self).load(self._path, verify="size", version=version)
+
     def verify(self) -> None:
         """Verify every file's sha256 checksum (slow for big indexes); raise KnowledgeBaseError if bad."""
         verify_files(self._path, self._manifest, "full")

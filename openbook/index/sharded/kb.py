@@ -6,6 +6,13 @@ the version of every shard it is made of). A search reads the snapshot once and 
 shard's version, so replacing the snapshot (:meth:`ShardedKnowledgeBase.use_version`, an edit, ``reload``)
 is one assignment: a reader sees every shard at the old versions or every shard at the new ones, never a
 mix. Shards are served in this process or by Ray actors (:mod:`openbook.index.sharded.server`).
+
+:meth:`ShardedKnowledgeBase.at_version` gives another object at another version over the *same* shard
+servers (views, as a server keeps one per version: :class:`~openbook.serve.books.Books`): only the shard
+versions not open yet are opened (after an edit, those of the shards it changed), and on Ray the views keep
+using the same actors. Closing a view releases the shard versions no other view of this process has shown;
+closing the last view closes the shards if this process started them. A copy sent to another process (a Ray
+Serve replica gets one) shares the actors but does not own them: its last view releases, never stops them.
 """
 
 from __future__ import annotations
@@ -13,7 +20,9 @@ from __future__ import annotations
 import json
 import operator
 import os
+import threading
 import warnings
+from collections import Counter
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -77,14 +86,73 @@ class ShardedVectors:
         return out
 
 
+class _Shards:
+    """The shard handles the views of one sharded knowledge base share in this process (module docs): how many
+    views are open, how many of them have shown each ``(shard, version)``, and whether this process owns the
+    shards (started them, so the last view closes them)."""
+
+    def __init__(self, handles: list, owner: bool = True):
+        self.handles, self.owner = handles, owner
+        self.views = 0
+        self.shown: Counter = Counter()
+        self.lock = threading.Lock()
+
+    def __reduce__(self):  # a copy for another process: the same shards (Ray actors), not their owner
+        return _Shards, (self.handles, False)
+
+    def join(self) -> None:
+        with self.lock:
+            self.views += 1
+
+    def show(self, keys: set) -> None:
+        with self.lock:
+            self.shown.update(keys)
+
+    def leave(self, keys: set) -> None:
+        """A view closed: release the shard versions only it showed, or close the shards with the owner's last."""
+        with self.lock:
+            self.views -= 1
+            self.shown.subtract(keys)
+            free = sorted(key for key in keys if self.shown[key] <= 0)
+            for key in free:
+                del self.shown[key]
+            last = self.views == 0
+        if last and self.owner:
+            for handle in self.handles:
+                handle.close()
+            return
+        pending = [(self.handles[shard], self.handles[shard].submit("release", version)) for shard, version in free]
+        for handle, ref in pending:
+            handle.gather([ref])
+
+
 class ShardedKnowledgeBase:
     """S shards at one sharded version, searched and read as one knowledge base (module docs)."""
 
     sharded = True
 
-    def __init__(self, path: Path, handles: list, snapshot: Snapshot):
-        """Use :meth:`load`."""
-        self._path, self._handles, self._snapshot = path, handles, snapshot
+    def __init__(self, path: Path, shards: _Shards):
+        """Use :meth:`load` (or :meth:`at_version`); the view shows nothing until :meth:`_show`."""
+        self._path, self._shards, self._snapshot = path, shards, None
+        self._shown: set[tuple[int, int]] = set()  # (shard, version) this view has shown
+        self._closed = False
+        shards.join()
+
+    def __setstate__(self, state: dict) -> None:  # a copy in another process is one more view of its shards
+        self.__dict__.update(state)
+        self._shards.join()
+        self._shards.show(self._shown)
+
+    @property
+    def _handles(self) -> list:
+        return self._shards.handles
+
+    def _show(self, snapshot: Snapshot) -> None:
+        """Make ``snapshot`` the version shown (one assignment), counting the shard versions it uses."""
+        new = set(enumerate(snapshot.shard_versions)) - self._shown
+        self._shards.show(new)
+        self._shown |= new
+        self._snapshot = snapshot
 
     @classmethod
     def load(cls, path: str | os.PathLike, ray_address: str | None = None, *,
@@ -98,13 +166,22 @@ class ShardedKnowledgeBase:
         if expected_encoder is not None:
             check_encoder_matches(path, manifest["encoder"], expected_encoder)
         handles = start_shards(shard_paths(path, manifest), expected_encoder, verify, ray_address, num_cpus)
-        kb = cls(path, handles, None)
+        return cls(path, _Shards(handles))._open_at(manifest, version)
+
+    def at_version(self, version: int | None = None) -> ShardedKnowledgeBase:
+        """Another view of these shards at ``version`` (default: the current one in ``shards.json``): their
+        servers or Ray actors are shared, and only shard versions not open yet are opened (module docs)."""
+        if self._closed:
+            raise KnowledgeBaseError(f"sharded knowledge base {self._path} is closed")
+        return type(self)(self._path, self._shards)._open_at(read_shards_manifest(self._path), version)
+
+    def _open_at(self, manifest: dict[str, Any], version: int | None) -> ShardedKnowledgeBase:
         try:
-            kb._snapshot = kb._read_snapshot(manifest, version)
+            self._show(self._read_snapshot(manifest, version))
         except BaseException:
-            kb.close()
+            self.close()
             raise
-        return kb
+        return self
 
     def _read_snapshot(self, manifest: dict[str, Any], version: int | None) -> Snapshot:
         entry = version_entry(self._path, manifest, version)
@@ -122,13 +199,17 @@ class ShardedKnowledgeBase:
         return [h.gather([p])[0] for h, p in zip(self._handles, pending)]
 
     def reload(self, version: int | None = None) -> None:
-        """Re-read ``shards.json`` and show ``version`` (default: the current one): one atomic swap."""
-        self._snapshot = self._read_snapshot(read_shards_manifest(self._path), version)
+        """Re-read ``shards.json`` and show ``version`` (default: the current one): one atomic swap. The shard
+        versions shown before stay open (a search may still read them) until this view closes."""
+        self._show(self._read_snapshot(read_shards_manifest(self._path), version))
 
     def close(self) -> None:
-        """Close every shard (and stop its Ray actor)."""
-        for handle in self._handles:
-            handle.close()
+        """Close this view: release the shard versions no other view shows; the last view of the process that
+        started the shards closes every shard (and stops its Ray actor). Closing twice does nothing."""
+        if self._closed:
+            return
+        self._closed = True
+        self._shards.leave(self._shown)
 
     # -- editing (each creates a new sharded version and shows it) ------------------------------------
 

@@ -4,7 +4,8 @@ in this process or inside a Ray actor (one per shard, :func:`start_shards`).
 Every call names the shard version it reads, so a reader pinned to one sharded version reads every shard
 at the version that sharded version names, whichever versions other readers use meanwhile (the atomic
 hot swap of :class:`~openbook.index.sharded.kb.ShardedKnowledgeBase`). A version, once opened, stays open
-(versions are immutable on disk; a new one is opened after an edit).
+(versions are immutable on disk; a new one is opened after an edit) until :meth:`ShardServer.release`, which
+the knowledge base calls when no view of it shows that version any more (a later call opens it again).
 
 Ray actors follow transformers' ``RagRayDistributedRetriever``: the driver holds actor handles and fans
 each batch of queries out to them; the actors read the shard folders themselves, so on a multi-node
@@ -33,6 +34,7 @@ class ShardServer:
         self.path = Path(path)
         self._expected, self._verify = expected_encoder, verify
         self._open: dict[int, KnowledgeBase] = {}
+        self._verified = False
         self._lock = threading.Lock()
 
     def kb(self, version: int) -> KnowledgeBase:
@@ -40,10 +42,23 @@ class ShardServer:
         with self._lock:
             kb = self._open.get(version)
             if kb is None:
-                verify = self._verify if not self._open else "size"
+                verify = "size" if self._verified else self._verify
                 kb = KnowledgeBase.load(self.path, expected_encoder=self._expected, verify=verify, version=version)
                 self._open[version] = kb
+                self._verified = True
             return kb
+
+    def open_versions(self) -> list[int]:
+        """The versions of this shard open now."""
+        with self._lock:
+            return sorted(self._open)
+
+    def release(self, version: int) -> None:
+        """Close the shard at ``version`` if it is open (no reader uses it any more)."""
+        with self._lock:
+            kb = self._open.pop(version, None)
+        if kb is not None:
+            kb.close()
 
     def info(self, version: int) -> dict[str, Any]:
         kb = self.kb(version)
