@@ -159,11 +159,14 @@ def test_cli_joins_a_cluster_by_address_and_sigterm_shuts_serve_down(deployed, r
         httpx.get(f"{base}/healthz", timeout=5)
 
 
-def test_one_replica_edits_a_sharded_book_on_the_drivers_shard_actors(ray_local, tmp_path):  # noqa: F811
-    """With one replica admin writes are on. An edit of a sharded knowledge base that the driver opened on Ray actors
-    is served from those same actors: the replica's new version is a view of them (``at_version``), not the shards
-    opened again in the replica's process; retiring its old view releases the edited shard's old version there and
-    leaves the actors, which the driver owns, running."""
+def test_one_replica_batches_fully_and_edits_a_sharded_book_on_the_drivers_shard_actors(ray_local, tmp_path):  # noqa: F811
+    """With one replica admin writes are on. Ray Serve lets the replica hold a full batch (its default of 5 requests
+    in flight per replica capped every batch at 5). An edit of a sharded knowledge base that the driver opened on Ray
+    actors is served from those same actors: the replica's new version is a view of them (``at_version``), not the
+    shards opened again in the replica's process; retiring its old view releases the edited shard's old version
+    there and leaves the actors, which the driver owns, running."""
+    from concurrent.futures import ThreadPoolExecutor
+
     import numpy as np
 
     pytest.importorskip("ray.serve", reason="Ray Serve is not installed (pip install 'ray[serve]')")
@@ -177,7 +180,17 @@ def test_one_replica_edits_a_sharded_book_on_the_drivers_shard_actors(ray_local,
     remote = RAG(rag.query_encoder, rag.generator, on_ray, model="rag-token", k=3).eval()
     port = free_port()
     try:
-        ray_serve.start(config(tmp_path, encoder, load=lambda: remote), replicas=1, host=HOST, port=port)
+        settings = config(tmp_path, encoder, load=lambda: remote, max_batch_size=8, max_wait_ms=3000.0)
+        ray_serve.start(settings, replicas=1, host=HOST, port=port)
+
+        def ask(question):  # the batch waits up to 3 s for its 8 questions, which arrive at once
+            return httpx.post(f"http://{HOST}:{port}/v1/ask", json={"question": question, "max_new_tokens": 2},
+                              timeout=120)
+
+        with ThreadPoolExecutor(8) as pool:
+            answers = list(pool.map(ask, (QUESTIONS * 2)[:8]))
+        assert [a.status_code for a in answers] == [200] * 8, [a.text for a in answers]
+        assert max(a.json()["batch_size"] for a in answers) == 8
         with httpx.Client(base_url=f"http://{HOST}:{port}", timeout=120) as http:
             new = {"passages": [{"id": "sun", "title": "Sun", "text": "the sun is a star at the centre"}]}
             added = http.post("/v1/kb/passages", json=new, headers=ADMIN)
@@ -193,6 +206,20 @@ def test_one_replica_edits_a_sharded_book_on_the_drivers_shard_actors(ray_local,
         assert rows.shape == (1, 2)  # view, at version 1, opens the edited shard's version 1 again)
     finally:
         ray_serve.stop(started=False, shared=on_ray)
+
+
+def test_ray_serve_sends_a_replica_what_its_worker_holds_and_bounds_its_own_queue():
+    """Each replica may have a running batch and a full queue in flight (Ray's default, 5, capped batches at 5), and
+    Ray queues at most max_queue more at a proxy, then answers 503 with Retry-After as `openbook serve` does."""
+    pytest.importorskip("ray.serve", reason="Ray Serve is not installed (pip install 'ray[serve]')")
+    from openbook.serve import ServeConfig
+    from openbook.serve.app import RETRY_AFTER_S
+    from openbook.serve.ray_serve import queue_options
+
+    options = queue_options(ServeConfig(max_batch_size=16, max_queue=40))
+    assert (options["max_ongoing_requests"], options["max_queued_requests"]) == (56, 40)
+    assert (options["backpressure_config"].status_code, options["backpressure_config"].retry_after_s) == \
+        (503, RETRY_AFTER_S)
 
 
 @pytest.mark.parametrize(("argv", "message"), [

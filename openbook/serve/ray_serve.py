@@ -23,7 +23,7 @@ import asyncio
 import dataclasses
 
 from openbook.errors import InputError, one_line, positive_int
-from openbook.serve.app import ServeConfig, create_app
+from openbook.serve.app import RETRY_AFTER_S, ServeConfig, create_app
 
 APP_NAME = "openbook"
 REPLICA_CPUS = 1.0  # CPUs Ray reserves for each replica (a model replica is compute-bound)
@@ -65,6 +65,17 @@ class Replica:
         return create_app(self.config, rag=self.rag)
 
 
+def queue_options(config: ServeConfig) -> dict:
+    """How many requests Ray Serve sends each replica, and how many it queues in front of them. Ray's default of 5
+    requests in flight per replica capped every dynamic batch at 5 (``bench/serve_ray_load.py``); a replica takes
+    as many as its model worker holds, a running batch and a full queue, and Ray queues ``max_queue`` more at each
+    proxy, answering 503 with Retry-After beyond that, as ``openbook serve`` does when its queue is full."""
+    from ray.serve.config import BackpressureConfig
+
+    return {"max_ongoing_requests": config.max_batch_size + config.max_queue, "max_queued_requests": config.max_queue,
+            "backpressure_config": BackpressureConfig(status_code=503, retry_after_s=RETRY_AFTER_S)}
+
+
 def start(config: ServeConfig, replicas: int, host: str = "127.0.0.1", port: int = 8000,
           replica_cpus: float = REPLICA_CPUS) -> None:
     """Deploy ``replicas`` replicas of the app (each runs ``config.load``) on the Ray this process is connected
@@ -82,7 +93,8 @@ def start(config: ServeConfig, replicas: int, host: str = "127.0.0.1", port: int
         config = dataclasses.replace(config, read_only=READ_ONLY.format(replicas=replicas))
     serve.start(http_options={"host": host, "port": port})
     deployment = serve.deployment(serve.ingress()(Replica), name=APP_NAME, num_replicas=replicas,
-                                  ray_actor_options={"num_cpus": replica_cpus}, max_constructor_retry_count=1)
+                                  ray_actor_options={"num_cpus": replica_cpus}, max_constructor_retry_count=1,
+                                  **queue_options(config))
     try:
         serve.run(deployment.bind(config), name=APP_NAME, route_prefix="/", blocking=False)
     except RuntimeError as error:  # a replica's loader failed: Serve's message ends with the loader's error
