@@ -273,3 +273,16 @@ def test_the_rounds_alternate_their_order_and_pool_their_windows(bench):
     assert pooled["errors"] == 1 and pooled["mean_batch_size"] == 4.0 and pooled["p50_ms"] == 1500.0
     assert "rounds_qps" not in bench.phase_figures(slow, 32)  # one window: as before
     assert bench.pooled_rate([(10, 5.0), (30, 5.0)]) == 4.0
+
+
+def test_the_header_names_the_cpu_and_its_matrix_extensions(bench, monkeypatch, tmp_path):
+    common = importlib.import_module("_common")  # imported by serve_load
+    cpuinfo = tmp_path / "cpuinfo"
+    cpuinfo.write_text("processor\t: 0\nmodel name\t: Some Xeon\nflags\t\t: fpu avx512f avx512_bf16 amx_bf16 amx_tile\n"
+                       "processor\t: 1\nmodel name\t: Some Xeon\nflags\t\t: fpu\n")
+    real_open = open
+    monkeypatch.setattr("builtins.open", lambda path, *a, **k: real_open(cpuinfo if path == "/proc/cpuinfo" else path,
+                                                                          *a, **k))
+    assert common.cpu_description() == "Some Xeon (avx512_bf16, amx_bf16)"
+    cpuinfo.write_text("model name\t: Some EPYC\nflags\t\t: fpu avx512f\n")
+    assert common.cpu_description() == "Some EPYC (no AVX-512 BF16/VNNI or AMX)"
