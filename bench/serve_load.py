@@ -439,26 +439,30 @@ def pooled_rate(counts: list[tuple[int, float]]) -> float:
 # --------------------------------------------------------------------------------------------------
 
 
-def parse_args(argv=None) -> argparse.Namespace:
+def add_load_options(p: argparse.ArgumentParser, rounds_help: str, startup_timeout: float) -> None:
+    """The model options and the flags this benchmark shares with bench/serve_ray_load.py."""
     from openbook.commands import options
     from openbook.commands.ask import ASK_DEFAULTS
     from openbook.serve import ServeConfig
 
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     options.add_options(p, "run", "model", "kb", "generator", "untrained", "encoder", "k", "dtype",
                         defaults={"dtype": ASK_DEFAULTS["dtype"]})
-    p.add_argument("--seconds", type=float, default=60.0, help="length of each phase (default: %(default)s)")
-    p.add_argument("--swap-every", type=float, default=5.0, help="seconds between swaps (default: %(default)s)")
-    p.add_argument("--rounds", type=int, default=2,
-                   help="rounds of the concurrency-32 comparison (batched, unbatched, offline), each arm --seconds "
-                        "(default: %(default)s)")
+    p.add_argument("--seconds", type=float, default=60.0, help="length of each phase or turn (default: %(default)s)")
+    p.add_argument("--rounds", type=int, default=2, help=f"{rounds_help} (default: %(default)s)")
     p.add_argument("--max-batch-size", type=int, default=ServeConfig.max_batch_size,
-                   help="the server's batch cap, and the offline batch (default: the server's, %(default)s)")
+                   help="each server's batch cap, and the offline batch (default: the server's, %(default)s)")
     p.add_argument("--max-wait-ms", type=float, default=None,
                    help=f"the server's batching wait (default: its own, {ServeConfig.max_wait_ms})")
     p.add_argument("--request-timeout", type=float, default=120.0,
                    help="seconds a request may take, client and server side (default: %(default)s)")
-    p.add_argument("--startup-timeout", type=float, default=600.0, help="seconds to wait for /readyz")
+    p.add_argument("--startup-timeout", type=float, default=startup_timeout, help="seconds to wait for /readyz")
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    add_load_options(p, "rounds of the concurrency-32 comparison (batched, unbatched, offline), each arm --seconds",
+                     startup_timeout=600.0)
+    p.add_argument("--swap-every", type=float, default=5.0, help="seconds between swaps (default: %(default)s)")
     p.add_argument("--questions", metavar="FILE", default=None, help="questions, one per line (default: built in)")
     p.add_argument("--leaders", metavar="CSV", default=DEFAULT_LEADERS,
                    help="office holders for the swap phase (default: %(default)s; without it: demo book slices)")

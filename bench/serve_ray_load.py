@@ -27,7 +27,7 @@ from pathlib import Path
 
 from _common import print_header, quiet
 from ask_latency import QUESTIONS, ask_settings
-from serve_load import Server, _ratio, ask_body, drive, phase_figures, pooled_figures, serve_flags
+from serve_load import Server, _ratio, add_load_options, ask_body, drive, phase_figures, pooled_figures, serve_flags
 
 ARMS = ("single", "ray")
 
@@ -47,24 +47,10 @@ def result_line(levels: dict, replicas: int, extra: dict) -> dict:
 
 
 def parse_args(argv=None) -> argparse.Namespace:
-    from openbook.commands import options
-    from openbook.commands.ask import ASK_DEFAULTS
-    from openbook.serve import ServeConfig
-
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    options.add_options(p, "run", "model", "kb", "generator", "untrained", "encoder", "k", "dtype",
-                        defaults={"dtype": ASK_DEFAULTS["dtype"]})
+    add_load_options(p, "rounds of the comparison", startup_timeout=900.0)
     p.add_argument("--replicas", type=int, default=2, help="Ray Serve replicas, 1 CPU each (default: %(default)s)")
     p.add_argument("--concurrency", type=int, default=32, help="concurrent clients (default: %(default)s)")
-    p.add_argument("--seconds", type=float, default=60.0, help="length of each turn (default: %(default)s)")
-    p.add_argument("--rounds", type=int, default=2, help="rounds of the comparison (default: %(default)s)")
-    p.add_argument("--max-batch-size", type=int, default=ServeConfig.max_batch_size,
-                   help="each server's (and replica's) batch cap (default: %(default)s)")
-    p.add_argument("--max-wait-ms", type=float, default=None,
-                   help=f"the batching wait (default: the server's own, {ServeConfig.max_wait_ms})")
-    p.add_argument("--request-timeout", type=float, default=120.0,
-                   help="seconds a request may take, client and server side (default: %(default)s)")
-    p.add_argument("--startup-timeout", type=float, default=900.0, help="seconds to wait for /readyz")
     args = p.parse_args(argv)
     if min(args.replicas, args.concurrency, args.seconds, args.rounds, args.max_batch_size, args.request_timeout) <= 0:
         p.error("--replicas, --concurrency, --seconds, --rounds, --max-batch-size and --request-timeout must be "
