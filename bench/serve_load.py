@@ -450,7 +450,8 @@ def add_load_options(p: argparse.ArgumentParser, rounds_help: str, startup_timeo
     p.add_argument("--seconds", type=float, default=60.0, help="length of each phase or turn (default: %(default)s)")
     p.add_argument("--rounds", type=int, default=2, help=f"{rounds_help} (default: %(default)s)")
     p.add_argument("--max-batch-size", type=int, default=ServeConfig.max_batch_size,
-                   help="each server's batch cap, and the offline batch (default: the server's, %(default)s)")
+                   help="each server's (and Ray replica's) batch cap; serve_load.py's offline batch too (default: the "
+                        "server's, %(default)s)")
     p.add_argument("--max-wait-ms", type=float, default=None,
                    help=f"the server's batching wait (default: its own, {ServeConfig.max_wait_ms})")
     p.add_argument("--request-timeout", type=float, default=120.0,
