@@ -6,6 +6,7 @@ from __future__ import annotations
 import importlib
 
 import pytest
+
 from test_gemm_rows_bench import BENCH
 
 
