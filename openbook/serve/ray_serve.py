@@ -31,13 +31,16 @@ READ_ONLY = ("this server runs {replicas} Ray Serve replicas and an edit or swap
              "admin writes are off (read-only); serve with --replicas 1 to edit or swap")
 
 
+MISSING_SERVE = "--ray needs Ray Serve: pip install 'openbook[scale]'"
+
+
 def import_serve():
     """``(ray, ray.serve)``, or a one-line error saying how to install them (the optional 'scale' extra)."""
     try:
         import ray
         from ray import serve
     except ImportError:
-        raise InputError("--ray needs Ray Serve: pip install 'ray[serve]'") from None
+        raise InputError(MISSING_SERVE) from None
     return ray, serve
 
 
@@ -70,8 +73,10 @@ def queue_options(config: ServeConfig) -> dict:
     requests in flight per replica capped every dynamic batch at 5 (``bench/serve_ray_load.py``); a replica takes
     as many as its model worker holds, a running batch and a full queue, and Ray queues ``max_queue`` more at each
     proxy, answering 503 with Retry-After beyond that, as ``openbook serve`` does when its queue is full."""
-    from ray.serve.config import BackpressureConfig
-
+    try:
+        from ray.serve.config import BackpressureConfig
+    except ImportError:
+        raise InputError(MISSING_SERVE) from None
     return {"max_ongoing_requests": config.max_batch_size + config.max_queue, "max_queued_requests": config.max_queue,
             "backpressure_config": BackpressureConfig(status_code=503, retry_after_s=RETRY_AFTER_S)}
 
