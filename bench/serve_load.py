@@ -261,6 +261,15 @@ class Server:
 # The clients
 
 
+def warm_up(server: Server, question: str, body: dict, timeout: float) -> None:
+    """One untimed question (the first answer pays one-off costs); exits naming the failure if it is not a 200."""
+    import httpx
+
+    response = httpx.post(f"{server.url}/v1/ask", json={"question": question, **body}, timeout=timeout)
+    if response.status_code != 200:
+        raise SystemExit(f"the warm-up question failed: HTTP {response.status_code} {response.text[:300]}")
+
+
 def ask_body(settings: dict) -> dict:
     """The fields of a ``POST /v1/ask`` body that ask ``rag.ask(**settings)`` (apart from the question)."""
     return {"k": settings["k"], "beams": settings["num_beams"], "decoding": settings["decoding"],
@@ -425,10 +434,10 @@ def passage_ids_under(root: Path):
 ARMS = ("batched", "unbatched", "offline_batched", "offline_single")
 
 
-def schedule(rounds: int) -> list[tuple[str, ...]]:
-    """The order of the compared measurements in each round: :data:`ARMS`, reversed every other round (A B B A),
+def schedule(rounds: int, arms: tuple[str, ...] = ARMS) -> list[tuple[str, ...]]:
+    """The order of the compared measurements in each round: ``arms``, reversed every other round (A B B A),
     so that a drift of the machine's speed that is linear in time weighs on every arm alike."""
-    return [ARMS if r % 2 == 0 else ARMS[::-1] for r in range(rounds)]
+    return [arms if r % 2 == 0 else arms[::-1] for r in range(rounds)]
 
 
 def pooled_rate(counts: list[tuple[int, float]]) -> float:
@@ -502,12 +511,7 @@ def main(argv=None) -> None:
     token = f"bench-{random.getrandbits(64):016x}"
 
     def warm(server):  # one untimed question, as the offline bound has one untimed batch
-        import httpx
-
-        response = httpx.post(f"{server.url}/v1/ask", json={"question": questions[0], **body},
-                              timeout=args.request_timeout)
-        if response.status_code != 200:
-            raise SystemExit(f"the warm-up question failed: HTTP {response.status_code} {response.text[:300]}")
+        warm_up(server, questions[0], body, args.request_timeout)
 
     def drive_phase(server, concurrency, qs, swapper=None):
         return asyncio.run(drive(server.url, concurrency, args.seconds, qs, body, args.request_timeout, swapper))

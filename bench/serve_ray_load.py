@@ -27,14 +27,25 @@ from pathlib import Path
 
 from _common import print_header, quiet
 from ask_latency import QUESTIONS, ask_settings
-from serve_load import Server, _ratio, add_load_options, ask_body, drive, phase_figures, pooled_figures, serve_flags
+from serve_load import (
+    Server,
+    _ratio,
+    add_load_options,
+    ask_body,
+    drive,
+    phase_figures,
+    pooled_figures,
+    serve_flags,
+    warm_up,
+)
+from serve_load import schedule as alternating
 
 ARMS = ("single", "ray")
 
 
 def schedule(rounds: int) -> list[tuple[str, ...]]:
-    """The order of the two servers in each round: A B, then B A, and so on."""
-    return [ARMS if r % 2 == 0 else ARMS[::-1] for r in range(rounds)]
+    """The order of the two servers in each round: A B, then B A, and so on (serve_load's schedule)."""
+    return alternating(rounds, ARMS)
 
 
 def result_line(levels: dict, replicas: int, extra: dict) -> dict:
@@ -71,21 +82,13 @@ def main(argv=None) -> None:
     flags = serve_flags(args, args.max_batch_size)
     windows = {arm: [] for arm in ARMS}
 
-    def warm(server):  # one untimed question: the first answer pays one-off costs
-        import httpx
-
-        response = httpx.post(f"{server.url}/v1/ask", json={"question": QUESTIONS[0], **body},
-                              timeout=args.request_timeout)
-        if response.status_code != 200:
-            raise SystemExit(f"the warm-up question failed: HTTP {response.status_code} {response.text[:300]}")
-
     with tempfile.TemporaryDirectory(prefix="serve-ray-load-") as tmp:
         log = Path(tmp) / "server.log"
         with Server(flags, log, args.startup_timeout) as single, \
                 Server([*flags, "--ray", "--replicas", str(args.replicas)], log, args.startup_timeout) as ray:
             servers = {"single": single, "ray": ray}
             for server in servers.values():
-                warm(server)
+                warm_up(server, QUESTIONS[0], body, args.request_timeout)
             for r, arms in enumerate(schedule(args.rounds)):
                 for arm in arms:
                     phase = asyncio.run(drive(servers[arm].url, args.concurrency, args.seconds, QUESTIONS, body,
