@@ -37,3 +37,19 @@ def one_line(text: object, limit: int | None = None) -> str:
     one line; cut to ``limit`` characters (ending in "…") if given."""
     flat = " ".join(str(text).split())
     return flat if limit is None or len(flat) <= limit else flat[: limit - 1] + "…"
+
+
+def check_text(value: str, name: str) -> str:
+    """``value`` unchanged if a tokenizer can take it: text that encodes as UTF-8 (no lone surrogates,
+    which a command-line argument that is not valid UTF-8 decodes to, or a JSON ``"\\udfff"`` escape) and
+    holds no NUL character; otherwise :class:`InputError` naming ``name`` and the first bad position.
+    Checked where text enters (the command line, the API's request models, ``RAG.ask``), so that one bad
+    question fails alone instead of the batch it would have joined."""
+    for i, ch in enumerate(value):
+        code = ord(ch)
+        if 0xD800 <= code <= 0xDFFF:
+            raise InputError(f"{name} is not valid text: a lone surrogate U+{code:04X} at character {i + 1} "
+                             "(not valid UTF-8)")
+        if code == 0:
+            raise InputError(f"{name} is not valid text: a NUL character at character {i + 1}")
+    return value
