@@ -4,6 +4,7 @@ Commands never import :mod:`openbook.cli` (the entry point imports them).
 """
 
 import argparse
+import math
 
 
 def positive_int(text: str) -> int:
@@ -20,3 +21,22 @@ def positive_int(text: str) -> int:
 def k_list(text: str) -> list[int]:
     """argparse type: comma-separated whole numbers of at least 1, sorted and distinct (``--k 1,5,20``)."""
     return sorted({positive_int(part.strip()) for part in text.split(",")})
+
+
+def finite_float(text: str) -> float:
+    """argparse type: a finite number (``nan`` and ``inf`` are refused, with a message that names what was given)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"must be a finite number, got {text!r}")
+    return value
+
+
+def nonnegative_float(text: str) -> float:
+    """argparse type: a finite number of at least 0."""
+    value = finite_float(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be at least 0, got {text!r}")
+    return value
