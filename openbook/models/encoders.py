@@ -45,7 +45,7 @@ COMPUTE_DTYPES = ("float32", "bfloat16", "int8")
 MAX_LENGTH_CAP = 512
 # Passages per forward pass of encode_passages (length-sorted, so a batch's passages have nearly one length).
 # Smaller batches keep a layer's activations in cache. all-MiniLM-L6-v2 on 1,000 demo passages, 2 AVX-512 cores
-# (`PYTHONPATH=. .venv/bin/python bench/build_throughput.py`, docs/build_throughput.txt), passages/s at 16 vs 64:
+# (`PYTHONPATH=. .venv/bin/python bench/build_throughput.py`, docs/logs/build_throughput.txt), passages/s at 16 vs 64:
 # float32 80.4 vs 74.8, int8 190.1 vs 151.4, bfloat16 124.5 vs 130.3.
 PASSAGE_BATCH = 16
 NORMALIZED_SCORE_SCALE = 20.0
