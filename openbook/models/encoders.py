@@ -84,8 +84,8 @@ class Encoder(torch.nn.Module):
         dtype: compute type of ``encode_queries``/``encode_passages``: ``"float32"``, ``"bfloat16"`` (CPU
             autocast) or ``"int8"`` (a dynamically quantised copy of the model, x86 CPUs:
             :func:`openbook.models.precision.quantize_int8`). ``forward`` (training) always runs in float32.
-            float32 is the default because bfloat16 measured slower on CPU without AMX and reordered top-5
-            results for 1 question in 100 (``bench/encode_speed.py``); int8 encodes 1.4x faster than float32
+            float32 is the default because bfloat16 measured slower on CPU without AMX and reordered some
+            top-5 results (``bench/encode_speed.py``); int8 encodes faster than float32
             on an AVX2 CPU and keeps NQ gold recall@5 (``bench/build_throughput.py``). Any of them can also
             run compiled (``encode_passages(compile=True)``, ``kb build --compile``).
     """
