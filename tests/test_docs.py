@@ -30,7 +30,8 @@ FIGURE = re.compile(
 )
 # Not measurements: the statistics' own parameters, and option values given as defaults or limits.
 ALLOWED = re.compile(r"\b95% (?:percentile|confidence)|\(default: [^)]*\)|default:? ~?\d[\d.]*\s*\w*"
-                     r"|\b(?:at most|up to|within|every|after) ~?\d[\d.]*\s*\w*")
+                     r"|(?:\b(?:at most|at least|up to|within|every|after|longer than|larger than|more than|above|beyond)|\+)"
+                     r"\s*~?\d[\d.,]*\s*\w*")
 _SENTENCE = re.compile(r"(?<=[.;])\s+(?=[A-Z(`])")
 
 
@@ -54,6 +55,7 @@ def test_the_figure_pattern_flags_measurements_and_spares_settings():
     assert figures("encodes 187.9 passages/s.")
     assert not figures("a request not answered in this time gets 504 (default: 60.0)")
     assert not figures("waits at most 10 ms for more (default: 10 ms)")
+    assert not figures("a body larger than 16 MB gets 413; the process exits within drain + 5 s")
     assert not figures("its difference of means, 95% percentile interval and a two-sided p-value")
     assert not figures("The paper reports 70% / 68% for matched index and era.")
     assert not figures("questions x k x beams: 32 x 20 x 8 = 5,120 sequences; beam size 4")
