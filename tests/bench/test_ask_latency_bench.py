@@ -12,7 +12,7 @@ import pytest
 
 from tolerance import tolerance
 
-BENCH = Path(__file__).resolve().parents[1] / "bench"
+BENCH = Path(__file__).resolve().parents[2] / "bench"
 
 
 @pytest.fixture(scope="module")

@@ -24,7 +24,7 @@ from openbook.commands import options
 from openbook.errors import InputError, KnowledgeBaseError, ModelLoadError
 from tolerance import probability_sum_bound
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 LONG_TEXT = (
     "The first Nobel Prize in Physics was awarded in 1901 to Wilhelm Conrad Röntgen, of Germany, "
     "who received 150,782 SEK, which is equal to 7,731,004 SEK in December 2007. "

@@ -14,7 +14,7 @@ from openbook.corpus import Passage, chunk_article, passages_from_record, read_p
 from openbook.data import demo_passages_path
 from openbook.errors import InputError
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 SHARED_DATA = Path("/work/shared/data")
 
 TEXTS = [

@@ -43,7 +43,7 @@ FEVER = [
 
 
 def label_tokenizer() -> PreTrainedTokenizerFast:
-    """tests/tiny.py's BART word tokenizer, plus the one-token label words of FEVER and BoolQ."""
+    """tests/helpers/tiny.py's BART word tokenizer, plus the one-token label words of FEVER and BoolQ."""
     vocab = {tok: i for i, tok in enumerate(("<s>", "<pad>", "</s>", "<unk>"))}
     for word in WORDS + LABEL_WORDS + ["/", "//", ".", "?", ","]:
         vocab.setdefault(word, len(vocab))

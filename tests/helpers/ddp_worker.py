@@ -1,7 +1,7 @@
 """A tiny RAG fine-tuned by :func:`openbook.train.train`, in one process or in each process torchrun starts:
-``python -m torch.distributed.run --standalone --nproc-per-node 2 tests/ddp_worker.py KB OUT --max-steps 4``.
+``python -m torch.distributed.run --standalone --nproc-per-node 2 tests/helpers/ddp_worker.py KB OUT --max-steps 4``.
 Every process builds the same random models (fixed seeds, no dropout, so that 1 and N processes compute the
-same thing); the final weights are OUT/checkpoint/model.safetensors. Used by tests/test_train_ddp.py and
+same thing); the final weights are OUT/checkpoint/model.safetensors. Used by tests/train/test_train_ddp.py and
 bench/_scale_ddp.py.
 """
 

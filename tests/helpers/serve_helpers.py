@@ -61,7 +61,7 @@ def saved_tiny_models(rag, encoder, root: Path) -> tuple[Path, Path, Path]:
 
 def subprocess_env() -> tuple[str, dict]:
     """The repository folder and an environment whose PYTHONPATH imports this checkout's openbook."""
-    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    repo = str(Path(__file__).resolve().parents[2])
     return repo, dict(os.environ, PYTHONPATH=repo + os.pathsep + os.environ.get("PYTHONPATH", ""))
 
 

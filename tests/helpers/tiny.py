@@ -22,7 +22,7 @@ WORDS = (
     "hemingway ernest american literature europe largest ocean pacific atlantic mountain everest music"
 ).split()
 
-#: Six short passages the tiny RAG tests retrieve from (tests/test_rag_model.py, tests/ddp_worker.py).
+#: Six short passages the tiny RAG tests retrieve from (tests/rag/test_rag_model.py, tests/helpers/ddp_worker.py).
 PASSAGES = [
     Passage("p0", "Paris", "paris is the capital of france"),
     Passage("p1", "Hemingway", "ernest hemingway wrote the sun rises"),

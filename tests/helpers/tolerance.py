@@ -21,7 +21,7 @@ here is tuned to one machine.
 
 The scale is that of the terms, which is not always the result's: a dot product that cancels is
 bounded by |q| |d| (:func:`dot_tolerance`), and a gradient's rounding follows the largest
-back-propagated values of the whole network rather than its own size (tests/test_length_groups.py
+back-propagated values of the whole network rather than its own size (tests/models/test_length_groups.py
 compares gradients norm-wise, scaled by the model's largest gradient).
 
 What the bound still catches: a real bug (a wrong mask, a dropped prior, an off-by-one position, a

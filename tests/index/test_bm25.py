@@ -149,7 +149,7 @@ def test_stemmer_is_optional_and_recorded(tmp_path):
 
 
 def rrf_close(want) -> object:
-    """float32 sums of at most two reciprocal ranks (tests/tolerance.py)."""
+    """float32 sums of at most two reciprocal ranks (tests/helpers/tolerance.py)."""
     return pytest.approx(want, **_rel_abs(tolerance(want, terms=2, depth=2, dtype=np.float32)))
 
 

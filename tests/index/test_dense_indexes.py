@@ -62,7 +62,7 @@ TRUE_TOP = np.argsort(-EXACT, axis=1)[:, :K]
 
 
 def score_tolerance(queries: np.ndarray, docs: np.ndarray = DOCS) -> dict[str, float]:
-    """Inner products as the indexes compute them in float32 (tests/tolerance.py): directly (terms up to
+    """Inner products as the indexes compute them in float32 (tests/helpers/tolerance.py): directly (terms up to
     |q||d|) or, for HNSW, from the L2 distance to docs padded to norm phi = max|d|^2, whose terms are up to
     |q|^2 + phi. Both are bounded by max|q|^2 + max|d|^2, over DIM + 1 terms."""
     scale = float((np.asarray(queries, np.float64) ** 2).sum(-1).max() + (np.asarray(docs, np.float64) ** 2).sum(-1).max())

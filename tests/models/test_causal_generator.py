@@ -86,7 +86,7 @@ def reference_logprobs(model, prompt: list[int], continuation: list[int]) -> tor
 
 def lp_tolerance(reference: torch.Tensor, gen, ctx) -> dict[str, float]:
     """Log-probabilities of the same model from a padded batch with a cache and from a plain forward:
-    equal up to float32 rounding over the model's reductions and the prompt (tests/tolerance.py)."""
+    equal up to float32 rounding over the model's reductions and the prompt (tests/helpers/tolerance.py)."""
     return model_tolerance(reference, gen.model.config, ctx.input_ids.shape[1] + 16)  # <= 16 tokens follow
 
 

@@ -31,7 +31,7 @@ def bfloat16_bound(config, scale: float) -> float:
     accumulates it in float32 (whose rounding is 2**16 times smaller, negligible here), then rounds
     the output: each reduction is off by at most ~3u times the scale of its terms, whatever its length
     (unlike float32's ``n * eps``, the error is in the rounded inputs, not in the summation). Stacked
-    reductions add to first order, as in tests/tolerance.py: ``3 * depth * u * scale``, with ``depth``
+    reductions add to first order, as in tests/helpers/tolerance.py: ``3 * depth * u * scale``, with ``depth``
     counted as :func:`tolerance.model_tolerance` counts it. A real bug (a wrong mask, a dropped prior)
     is O(1) of the scale; this bound is 11-14% of it for these tiny models."""
     config = config.get_text_config() if hasattr(config, "get_text_config") else config

@@ -176,7 +176,7 @@ def test_kb_build_compile_with_ray_leaves_the_check_to_the_actors_and_does_not_w
     from openbook.commands import kb_encode
 
     # the actors compile once each and keep their compiled copy for the whole build
-    # (tests/test_kb_build_ray.py: the actors load their encoder once), so nothing to warn about
+    # (tests/index/test_kb_build_ray.py: the actors load their encoder once), so nothing to warn about
     args = argparse.Namespace(encode_dtype="int8", compile=True, ray="")
     with warnings.catch_warnings():
         warnings.simplefilter("error")

@@ -44,7 +44,7 @@ def single_text_states(model, tokenizer, text: str) -> torch.Tensor:
 
 def encoder_tolerance(reference, model) -> dict[str, float]:
     """The same texts through ``model`` in batches and alone: equal up to float32 rounding of the network
-    (tests/tolerance.py) over at most its 64 positions."""
+    (tests/helpers/tolerance.py) over at most its 64 positions."""
     return model_tolerance(reference, model.config, 64)
 
 

@@ -17,7 +17,7 @@ import pytest
 
 tomllib = pytest.importorskip("tomllib")
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 PACKAGE = ROOT / "openbook"
 # import name -> distribution name, for modules that need not be installed here (optional extras)
 KNOWN_DISTRIBUTIONS = {"Stemmer": "PyStemmer"}

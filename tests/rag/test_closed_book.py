@@ -45,7 +45,7 @@ def _nll(generator, question, answer) -> float:
 
 
 def close_to(value: float, gen) -> object:
-    """``value`` up to float32 rounding of ``gen``'s network over these short questions (tests/tolerance.py)."""
+    """``value`` up to float32 rounding of ``gen``'s network over these short questions (tests/helpers/tolerance.py)."""
     return pytest.approx(value, abs=model_tolerance(value, gen.model.config, 32)["atol"])
 
 

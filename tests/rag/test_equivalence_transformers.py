@@ -1,7 +1,7 @@
 """openbook's RAG equals transformers' RAG on identical weights, contexts and document scores.
 
 * the training loss (RAG-Sequence and RAG-Token, with and without label smoothing) agrees up to float32
-  rounding (``tests/tolerance.py``: the network's reductions times its depth, ~2e-4 relative at most);
+  rounding (``tests/helpers/tolerance.py``: the network's reductions times its depth, ~2e-4 relative at most);
 * RAG-Token beam search and greedy search return the tokens of ``RagTokenForGeneration.generate``;
 * RAG-Sequence Thorough decoding returns the tokens of ``RagSequenceForGeneration.generate``;
 * a transformers RAG model saved with ``save_pretrained`` (the layout of ``facebook/rag-*``) imports.

@@ -69,7 +69,7 @@ def test_the_shipped_default_answers_in_a_few_words_from_the_demo_book():
 def test_make_demo_asks_the_question_checked_here():
     """`make demo` must show a new user a short correct answer: its question is the one the tests above and below
     check against the shipped default, so the two cannot drift apart."""
-    makefile = (Path(__file__).resolve().parents[1] / "Makefile").read_text(encoding="utf-8")
+    makefile = (Path(__file__).resolve().parents[2] / "Makefile").read_text(encoding="utf-8")
     assert re.search(r"^QUESTION \?= (.+)$", makefile, re.M).group(1) == DEMO_QUESTION
 
 

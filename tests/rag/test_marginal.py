@@ -31,7 +31,7 @@ from tolerance import tolerance
 F64 = dict(dtype=torch.float64)
 # float64 throughout. Every value derives from make_inputs' log-probabilities (|log p| < 10 for these seeds),
 # summed over T <= 4 positions, so terms are below 40 in magnitude; the brute force loops over at most
-# K * T * V = 60 of them, through log-softmax -> exp/product -> sum -> log (depth 3). See tests/tolerance.py.
+# K * T * V = 60 of them, through log-softmax -> exp/product -> sum -> log (depth 3). See tests/helpers/tolerance.py.
 TOL = tolerance(terms=3 * 4 * 5, depth=3, dtype=torch.float64, scale=40.0)
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "compare_reports.py"
+SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "compare_reports.py"
 
 
 def compare(tmp_path, capsys, a: list, b: list, metric: str, predictions: tuple[list, list] | None = None) -> dict:

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from openbook.eval.tasks import get_task
 
-SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "split_qa_data.py"
+SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "split_qa_data.py"
 
 
 def _gzip_jsonl(path: Path, rows: list[dict]) -> None:

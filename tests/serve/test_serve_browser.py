@@ -21,7 +21,7 @@ import pytest
 
 from openbook.corpus import Passage
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 STATIC = ROOT / "openbook" / "serve" / "static"
 QUESTION = "who wrote the novel"
 TOKEN = "s3cret-admin"

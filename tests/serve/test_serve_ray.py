@@ -1,5 +1,5 @@
 """`openbook serve --ray`: the same FastAPI app as a Ray Serve deployment of 2 replicas on the shared local Ray
-(tests/ray_fixture.py), in front of the shard actors of a sharded knowledge base. Over HTTP the replicas answer
+(tests/helpers/ray_fixture.py), in front of the shard actors of a sharded knowledge base. Over HTTP the replicas answer
 as the in-process app does; admin writes answer 409 with several replicas; shutting Ray Serve down stops the
 HTTP server and leaves the driver's shard actors to the driver. Tiny random models, no downloads."""
 

@@ -3,11 +3,11 @@ same global batches, resumes across world sizes and after one of them was killed
 `openbook train --nproc 2` runs end to end, rank 0
 alone writing the run; bad --nproc / batch sizes are one-line errors.
 
-The runs train in float64 (tests/ddp_worker.py --float64), all of it, retrieval's p(z|x) included: Adam
+The runs train in float64 (tests/helpers/ddp_worker.py --float64), all of it, retrieval's p(z|x) included: Adam
 divides each gradient by its own running size, so in float32 the rounding noise of a gradient that is zero
 or largely cancels in exact arithmetic (an attention key's bias; the score scale's, a sum over the k
 documents) becomes an update of a sizeable fraction of lr; in float64 that noise stays far below Adam's
-epsilon, and what is left is rounding, bounded by tests/tolerance.py (:func:`assert_same_weights`), some
+epsilon, and what is left is rounding, bounded by tests/helpers/tolerance.py (:func:`assert_same_weights`), some
 10^9 below the O(lr) change a wrong shard weight, a lost gradient or a wrong resume position makes."""
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from openbook.cli import main
 from tolerance import magnitude, tolerance
 
 WORKER = Path(ddp_worker.__file__)
-ROOT = WORKER.parent.parent
+ROOT = WORKER.parents[2]
 # the tiny BART's longest reduction is its 128-word vocabulary; 2 encoder + 2 decoder layers: 2*2 + 3*2 + 1
 TERMS, DEPTH = 128, 11
 STEPS = ["--max-steps", "4"]
