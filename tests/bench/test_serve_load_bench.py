@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import importlib
 import json
-import os
 import sys
 from collections import Counter
 from pathlib import Path
@@ -157,10 +156,9 @@ FRA,França,head_of_state,Emmanuel Macron,Q5,2017-05-14T00:00:00Z,,,
 """
 
 
+# slow: starts `openbook serve` twice and the offline bound once as subprocesses on a tiny saved model (each
+# imports torch, transformers and FastAPI)
 @pytest.mark.slow
-@pytest.mark.skipif(os.environ.get("OPENBOOK_SLOW") != "1",
-                    reason="starts `openbook serve` twice and the offline bound once as subprocesses on a tiny saved "
-                    "model (about 10 s each here: importing torch, transformers and FastAPI); set OPENBOOK_SLOW=1 to run")
 def test_one_short_run_on_a_tiny_model(bench, tmp_path, capsys, monkeypatch):
     from test_closed_book import save_tiny_models
 

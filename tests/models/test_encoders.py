@@ -201,6 +201,7 @@ def test_bfloat16_encoding_is_close_to_float32(bert):
     assert np.min(np.sum(fp32 * bf16, axis=1)) > 0.99
 
 
+@pytest.mark.slow
 def test_packaged_minilm_gives_unit_384_vectors_and_ranks_similar_text_higher():
     encoder = load_encoder("minilm")
     expected = {"name": "minilm", "pooling": "mean", "normalize": True, "dim": 384, "passage_format": "joined",

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import time
 from pathlib import Path
 
@@ -23,7 +22,6 @@ from openbook.models import (
 from tiny_encoders import bert_tokenizer, save_bert
 
 MISSING = "nonexistent-org/nonexistent-model"
-SLOW = pytest.mark.skipif(os.environ.get("OPENBOOK_SLOW") != "1", reason="slow: set OPENBOOK_SLOW=1 to run")
 
 
 def assert_offline_message(error: pytest.ExceptionInfo, name: str = MISSING) -> None:
@@ -155,7 +153,6 @@ def test_interrupted_conversion_leaves_no_cache(tmp_path, fake_gguf, monkeypatch
 
 
 @pytest.mark.slow
-@SLOW
 def test_packaged_smollm2_cache_generates_like_the_gguf(tmp_path, monkeypatch):
     monkeypatch.setenv("OPENBOOK_CACHE", str(tmp_path))
     gguf_model, gguf_tokenizer = load_causal_lm("smollm2")

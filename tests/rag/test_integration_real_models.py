@@ -33,6 +33,7 @@ def kb_with(president: str, path):
     return build_knowledge_base([fact, *FILLER], load_encoder("minilm"), path, progress=False)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("model", ["rag-sequence", "rag-token"])
 def test_real_models_answer_from_the_book_and_follow_a_hot_swap(tmp_path, model):
     first = kb_with("Odalys Brenner", tmp_path / "kb2016")
@@ -48,6 +49,7 @@ def test_real_models_answer_from_the_book_and_follow_a_hot_swap(tmp_path, model)
     assert "Okafor" in swapped.answer and "Brenner" not in swapped.answer, swapped.answer
 
 
+@pytest.mark.slow
 @pytest.mark.shipped_default
 def test_the_shipped_default_answers_in_a_few_words_from_the_demo_book():
     """`openbook ask`'s model: the packaged generator with the shipped LoRA adapters folded in, answering with
@@ -73,6 +75,7 @@ def test_make_demo_asks_the_question_checked_here():
     assert re.search(r"^QUESTION \?= (.+)$", makefile, re.M).group(1) == DEMO_QUESTION
 
 
+@pytest.mark.slow
 @pytest.mark.shipped_default
 def test_make_demo_answers_correctly_with_ask_s_own_defaults(capsys):
     """What `make demo` runs: `openbook ask QUESTION` with every default (Lazy decoding, --dtype auto)."""
@@ -83,6 +86,7 @@ def test_make_demo_answers_correctly_with_ask_s_own_defaults(capsys):
     assert answer["answer"] == DEMO_ANSWER and not answer["truncated"], answer
 
 
+@pytest.mark.slow
 @pytest.mark.shipped_default
 def test_the_shipped_default_reads_an_invented_fact(tmp_path):
     """For an entity it cannot know, the answer is the fact in the passage, not the passage's title: defaults v1 and v2
