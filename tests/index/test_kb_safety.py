@@ -1,6 +1,6 @@
-"""Regression tests for the reliability and security findings on knowledge bases (issue 9, item 7):
-builds over an existing knowledge base, TSV quoting, the encoder's weights, file names in the manifest,
-leftovers of killed processes, ``kb info`` on a damaged knowledge base, ``--out .`` and duplicate ids."""
+"""A knowledge base is never damaged or misread: builds over an existing knowledge base, TSV quoting, the
+encoder's weights, file names in the manifest, leftovers of killed processes, ``kb info`` on a damaged
+knowledge base, ``--out .``, duplicate ids and the shipped demo knowledge base's vectors."""
 
 from __future__ import annotations
 
