@@ -160,7 +160,7 @@ FRA,França,head_of_state,Emmanuel Macron,Q5,2017-05-14T00:00:00Z,,,
 # imports torch, transformers and FastAPI)
 @pytest.mark.slow
 def test_one_short_run_on_a_tiny_model(bench, tmp_path, capsys, monkeypatch):
-    from test_closed_book import save_tiny_models
+    from tiny_runs import save_tiny_models
 
     gen_dir, enc_dir, kb_dir = save_tiny_models(tmp_path)
     (tmp_path / "leaders.csv").write_text(LEADERS, encoding="utf-8")

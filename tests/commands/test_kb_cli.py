@@ -232,7 +232,7 @@ def test_retrieve_defaults_to_the_demo_knowledge_base(capsys, tmp_path, corpus_d
 
 
 def test_build_with_the_tiny_encoder_and_hnsw(capsys, tmp_path, corpus_dir, monkeypatch):
-    from test_rag_model import tiny_encoder
+    from tiny import tiny_encoder
 
     encoder = tiny_encoder()
     monkeypatch.setattr(kb_commands, "load_encoder", lambda name: encoder)
@@ -273,7 +273,7 @@ def test_retrieve_k_is_bounded_and_clamped(capsys, tmp_path, corpus_dir, encoder
 def test_build_with_int8_encoding_stays_within_int8_rounding_of_float32(capsys, tmp_path, corpus_dir, monkeypatch):
     from openbook.models.precision import int8_engine
     from test_int8 import int8_bound
-    from test_rag_model import tiny_encoder
+    from tiny import tiny_encoder
 
     if not int8_engine():
         pytest.skip("PyTorch has no x86 quantised engine here")
@@ -293,7 +293,7 @@ def test_build_with_compiled_int8_encoding_stays_within_int8_rounding_of_float32
     import shutil
 
     from test_int8 import int8_bound
-    from test_rag_model import tiny_encoder
+    from tiny import tiny_encoder
 
     pytest.importorskip("torchao")
     if not (shutil.which("g++") or shutil.which("clang++")):

@@ -12,7 +12,7 @@ import pytest
 
 from openbook import cli
 from openbook.index.sharded import SHARDS_FILE, shard_knowledge_base
-from test_closed_book import ANSWERS, QUESTIONS, save_tiny_models, train_run
+from tiny_runs import ANSWERS, QUESTIONS, save_tiny_models, train_run
 from tolerance import tolerance
 
 MODEL = ["--untrained", "--k", "2"]

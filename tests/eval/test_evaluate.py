@@ -22,8 +22,7 @@ from openbook.eval.tasks import Example, get_task
 from openbook.models.generators import Seq2SeqGenerator
 from openbook.rag import RAG
 from openbook.rag.assemble import build_knowledge_base
-from test_rag_model import PASSAGES, tiny_encoder
-from tiny import WORDS, _wrap, tiny_bart
+from tiny import PASSAGES, WORDS, _wrap, tiny_bart, tiny_encoder
 from tolerance import model_tolerance, probability_sum_bound
 
 LABEL_WORDS = ["true", "false", "unknown", "yes", "no"]

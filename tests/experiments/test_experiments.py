@@ -11,7 +11,7 @@ import pytest
 
 from openbook.cli import main
 from openbook.eval.metrics import mcnemar, paired_bootstrap
-from test_closed_book import save_tiny_models, train_run
+from tiny_runs import save_tiny_models, train_run
 from tolerance import bound, probability_sum_bound
 
 DEV = [("capital of france", ["paris"]), ("who wrote the sun rises", ["hemingway", "ernest hemingway"]),

@@ -13,8 +13,8 @@ from openbook.cli import main
 from openbook.eval.tasks.fever import gold_title_overlap, normalise_title
 from openbook.experiments.fever import accuracy, majority_label, two_way_accuracy
 from openbook.experiments.posterior import Handover, content_tokens, handover, pick_handover
-from test_closed_book import save_tiny_models, train_run
 from test_evaluate import FEVER, saved_models  # noqa: F401 - a fixture
+from tiny_runs import save_tiny_models, train_run
 from tolerance import probability_sum_bound
 
 # ------------------------------------------------------------------------------------------ FEVER metrics

@@ -49,8 +49,7 @@ def test_hot_swap_command_on_tiny_models(tmp_path, monkeypatch, capsys):
     import openbook.rag.assemble as assemble
     from openbook.cli import main
     from openbook.models.generators import Seq2SeqGenerator
-    from test_rag_model import tiny_encoder
-    from tiny import bart_tokenizer, tiny_bart
+    from tiny import bart_tokenizer, tiny_bart, tiny_encoder
 
     path, _ = rows(tmp_path)
     tok = bart_tokenizer()
@@ -79,7 +78,7 @@ def test_hot_swap_with_a_trained_run(tmp_path, monkeypatch, capsys):
     from openbook.cli import main
     from openbook.index import KnowledgeBase
     from openbook.models import load_encoder
-    from test_closed_book import save_tiny_models, train_run
+    from tiny_runs import save_tiny_models, train_run
     from tolerance import model_tolerance
 
     path, _ = rows(tmp_path)

@@ -17,8 +17,7 @@ from openbook.models.generators import Seq2SeqGenerator
 from openbook.rag import RAG
 from openbook.rag.assemble import build_knowledge_base
 from openbook.serve import ServeConfig, create_app
-from test_rag_model import PASSAGES, tiny_encoder
-from tiny import bart_tokenizer, tiny_bart
+from tiny import PASSAGES, bart_tokenizer, tiny_bart, tiny_encoder
 
 OTHER = [Passage(f"q{i}", f"Other {i}", text) for i, text in enumerate(
     ["the king of france", "the queen wrote a novel", "music in europe", "the war of the year"])]

@@ -7,6 +7,8 @@ from tokenizers import Tokenizer, models, pre_tokenizers
 from transformers import (
     BartConfig,
     BartForConditionalGeneration,
+    BertConfig,
+    BertModel,
     DPRConfig,
     DPRQuestionEncoder,
     PreTrainedTokenizerFast,
@@ -15,6 +17,7 @@ from transformers import (
 )
 
 from openbook.corpus import Passage
+from openbook.models.encoders import Encoder
 
 WORDS = (
     "the a of in is was who what when where which first nobel prize physics paris france capital river "
@@ -102,3 +105,11 @@ def tiny_dpr(vocab_size: int = 128, seed: int = 0) -> DPRQuestionEncoder:
     config = DPRConfig(vocab_size=vocab_size, hidden_size=16, num_hidden_layers=2, num_attention_heads=2,
                        intermediate_size=32, max_position_embeddings=512)
     return DPRQuestionEncoder(config).eval()
+
+
+def tiny_encoder(seed: int = 0, normalize: bool = True) -> Encoder:
+    torch.manual_seed(seed)
+    tok = bert_tokenizer()
+    config = BertConfig(vocab_size=len(tok), hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
+                        intermediate_size=32)
+    return Encoder(BertModel(config).eval(), tok, pooling="mean", normalize=normalize, name=f"tiny-bert-{seed}")

@@ -192,8 +192,7 @@ def test_versions_record_counts(kb):
 @pytest.fixture(scope="module")
 def tiny_parts():
     from openbook.models.generators import Seq2SeqGenerator
-    from test_rag_model import tiny_encoder
-    from tiny import bart_tokenizer, tiny_bart
+    from tiny import bart_tokenizer, tiny_bart, tiny_encoder
 
     tok = bart_tokenizer()
     return tiny_encoder(), Seq2SeqGenerator(tiny_bart(vocab_size=len(tok), seed=3), tok)

@@ -139,8 +139,7 @@ def test_retrieve_command_over_shards_equals_unsharded(capsys, tmp_path, corpus_
 def test_rag_over_shards_answers_as_over_the_whole(tmp_path, monkeypatch):
     import openbook.rag.assemble as assemble
     from openbook.models.generators import Seq2SeqGenerator
-    from test_rag_model import tiny_encoder
-    from tiny import bart_tokenizer, tiny_bart
+    from tiny import bart_tokenizer, tiny_bart, tiny_encoder
 
     encoder = tiny_encoder()
     tok = bart_tokenizer()

@@ -14,9 +14,9 @@ from openbook.errors import InputError
 from openbook.models import precision
 from openbook.rag import RAG
 from openbook.rag.assemble import load_model
-from test_causal_generator import make_generator
-from test_closed_book import bart_generator, save_tiny_models, train_run
-from test_rag_model import PASSAGES, tiny_encoder
+from tiny import PASSAGES, tiny_encoder
+from tiny_causal import make_generator
+from tiny_runs import bart_generator, save_tiny_models, train_run
 from tolerance import EPS, magnitude, probability_sum_bound
 
 QUESTIONS = ["who wrote the sun rises", "capital of france"]

@@ -16,7 +16,7 @@ from torch import nn
 from openbook.errors import InputError
 from openbook.models import precision
 from test_int8 import int8_bound
-from test_rag_model import PASSAGES, tiny_encoder
+from tiny import PASSAGES, tiny_encoder
 from tolerance import model_tolerance
 
 needs_compiler = pytest.mark.skipif(not (shutil.which("g++") or shutil.which("clang++")),

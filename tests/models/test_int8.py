@@ -16,9 +16,9 @@ from openbook.errors import InputError
 from openbook.models import precision
 from openbook.rag import RAG
 from openbook.rag.assemble import load_model
-from test_causal_generator import make_generator
-from test_closed_book import bart_generator, save_tiny_models, train_run
 from test_dtype import QUESTIONS, bfloat16_bound, kb, target_scores  # noqa: F401  (kb is a fixture)
+from tiny_causal import make_generator
+from tiny_runs import bart_generator, save_tiny_models, train_run
 from tolerance import magnitude
 
 pytestmark = pytest.mark.skipif(not precision.int8_engine(), reason="PyTorch has no x86 quantised engine here")
@@ -113,7 +113,7 @@ def test_int8_where_it_cannot_run_is_a_one_line_error(monkeypatch, device, engin
 
 
 def test_int8_encoding_uses_a_quantised_copy_that_follows_the_weights_and_is_never_saved():
-    from test_rag_model import PASSAGES, tiny_encoder
+    from tiny import PASSAGES, tiny_encoder
 
     encoder = tiny_encoder()
     state = set(encoder.state_dict())

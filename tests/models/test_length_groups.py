@@ -133,7 +133,7 @@ def test_seq2seq_left_padded_contexts_are_not_grouped():
 
 
 def test_causal_grouped_prefill_equals_one_padded_block():
-    from test_causal_generator import PASSAGES, QUESTIONS, P, make_generator
+    from tiny_causal import PASSAGES, QUESTIONS, P, make_generator
 
     gen = make_generator(chat=True)
     gen.model.train()  # gradients as in training
@@ -167,7 +167,7 @@ def test_sliding_window_models_prefill_in_one_block():
     from transformers import MistralConfig, MistralForCausalLM
 
     from openbook.models.causal import CausalLMGenerator
-    from test_causal_generator import PASSAGES, QUESTIONS, make_generator, make_tokenizer
+    from tiny_causal import PASSAGES, QUESTIONS, make_generator, make_tokenizer
 
     assert make_generator()._plain_cache
     tok = make_tokenizer(True)

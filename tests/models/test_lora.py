@@ -15,8 +15,8 @@ from openbook.models.adapters import LoraSettings, add_lora, has_lora, lora_tens
 from openbook.models.weights import load_weights, save_weights
 from openbook.rag.closed_book import ClosedBook
 from openbook.train import TrainConfig, train
-from test_causal_generator import make_generator
-from test_closed_book import ANSWERS, QUESTIONS, bart_generator, close_to, save_tiny_models, train_run
+from tiny_causal import make_generator
+from tiny_runs import ANSWERS, QUESTIONS, bart_generator, close_to, save_tiny_models, train_run
 
 
 def lora_closed_book(r: int = 4) -> ClosedBook:

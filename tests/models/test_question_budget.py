@@ -12,9 +12,8 @@ from openbook.models.budget import QUESTION_SHARE, fit_questions, question_budge
 from openbook.models.generators import Seq2SeqGenerator
 from openbook.rag import RAG
 from openbook.rag.assemble import build_knowledge_base
-from test_causal_generator import P, make_generator
-from test_rag_model import PASSAGES, tiny_encoder
-from tiny import WORDS, bart_tokenizer, tiny_bart
+from tiny import PASSAGES, WORDS, bart_tokenizer, tiny_bart, tiny_encoder
+from tiny_causal import P, make_generator
 
 LIMIT = 64
 LONG = " ".join(["who wrote the novel"] * 5000)  # 20,000 words

@@ -10,8 +10,7 @@ from openbook.models.generators import Seq2SeqGenerator
 from openbook.rag import RAG
 from openbook.rag.assemble import build_knowledge_base
 from openbook.rag.boundary import hit_limit, trim_truncated
-from test_rag_model import PASSAGES, tiny_encoder
-from tiny import bart_tokenizer, tiny_bart
+from tiny import PASSAGES, bart_tokenizer, tiny_bart, tiny_encoder
 
 
 @pytest.mark.parametrize("cut,trimmed", [

@@ -14,17 +14,8 @@ from openbook.models.generators import Seq2SeqGenerator
 from openbook.models.weights import load_weights
 from openbook.rag.closed_book import ClosedBook
 from openbook.train import TrainConfig, train
-from test_causal_generator import make_generator
-from tiny import bart_tokenizer, tiny_bart
-from tolerance import model_tolerance
-
-QUESTIONS = ["capital of france", "who wrote the sun rises"]
-ANSWERS = ["paris", "ernest hemingway"]
-
-
-def bart_generator(seed: int = 11) -> Seq2SeqGenerator:
-    tok = bart_tokenizer()
-    return Seq2SeqGenerator(tiny_bart(vocab_size=len(tok), seed=seed, init_std=0.05, d_model=32), tok)
+from tiny_causal import make_generator
+from tiny_runs import ANSWERS, QUESTIONS, bart_generator, close_to, save_tiny_models, train_run
 
 
 def brute_force_nll(generator: Seq2SeqGenerator, question: str, answer: str) -> float:
@@ -42,11 +33,6 @@ def _nll(generator, question, answer) -> float:
                              decoder_input_ids=torch.tensor([decoder_in])).logits[0]
     lp = torch.log_softmax(logits.float(), -1)
     return -float(sum(lp[t, y] for t, y in enumerate(target)))
-
-
-def close_to(value: float, gen) -> object:
-    """``value`` up to float32 rounding of ``gen``'s network over these short questions (tests/helpers/tolerance.py)."""
-    return pytest.approx(value, abs=model_tolerance(value, gen.model.config, 32)["atol"])
 
 
 def test_closed_book_context_is_the_question_alone():
@@ -143,34 +129,6 @@ def test_training_closed_book_lowers_the_loss(tmp_path):
 
 
 # ------------------------------------------------------------------------------------------ load_run
-
-
-def save_tiny_models(tmp_path):
-    """A tiny generator and encoder as local folders (what `openbook train` loads by path), and a kb."""
-    from openbook.models import load_encoder
-    from openbook.rag.assemble import build_knowledge_base
-    from test_rag_model import PASSAGES, tiny_encoder
-
-    gen_dir, enc_dir, kb_dir = tmp_path / "gen", tmp_path / "enc", tmp_path / "kb"
-    for part, folder in ((bart_generator(), gen_dir), (tiny_encoder(), enc_dir)):
-        part.model.save_pretrained(folder)
-        part.tokenizer.save_pretrained(folder)
-    build_knowledge_base(PASSAGES, load_encoder(str(enc_dir)), kb_dir, progress=False)
-    return gen_dir, enc_dir, kb_dir
-
-
-def train_run(tmp_path, name, model, gen_dir, enc_dir, kb_dir, *extra, capsys=None):
-    from openbook.cli import main
-
-    data = tmp_path / "train.jsonl"
-    if not data.exists():
-        data.write_text("\n".join(json.dumps({"question": q, "answers": [a]}) for q, a in zip(QUESTIONS, ANSWERS)))
-    out = tmp_path / name
-    args = ["train", "--model", model, "--train", str(data), "--kb", str(kb_dir), "--out", str(out),
-            "--generator", str(gen_dir), "--encoder", str(enc_dir), "--k", "2", "--max-steps", "2",
-            "--batch-size", "2", "--lr-generator", "1e-2", "--lr-query-encoder", "1e-2", *extra]
-    assert main(args) == 0
-    return out
 
 
 @pytest.mark.parametrize("model", ["rag-token", "closed-book"])

@@ -31,8 +31,7 @@ from openbook.rag.decoding import (
 )
 from openbook.rag.marginal import doc_log_prior
 from test_equivalence_transformers import B, K, contexts, hf_rag, strip
-from test_rag_model import PASSAGES, tiny_encoder
-from tiny import bart_tokenizer, tiny_bart
+from tiny import PASSAGES, bart_tokenizer, tiny_bart, tiny_encoder
 
 EPS = torch.finfo(torch.float32).eps
 MAX_LENGTH = 12

@@ -86,8 +86,8 @@ def _unpruned(monkeypatch):
 def test_rag_ask_greedy_answers_equal_with_and_without_pruning(tmp_path, monkeypatch, model, family):
     from openbook.rag import RAG
     from openbook.rag.assemble import build_knowledge_base
-    from test_causal_generator import make_generator
-    from test_rag_model import PASSAGES, tiny_encoder
+    from tiny import PASSAGES, tiny_encoder
+    from tiny_causal import make_generator
     from tolerance import model_tolerance
 
     encoder = tiny_encoder()

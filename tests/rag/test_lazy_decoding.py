@@ -84,7 +84,7 @@ def test_settled_needs_the_lead_to_exceed_the_unread_mass():
 
 
 def _tiny_case(seed: int, sharpness: float, B: int = 3, K: int = 4):
-    from test_causal_generator import P, make_generator
+    from tiny_causal import P, make_generator
 
     torch.manual_seed(seed)
     generator = make_generator()
@@ -151,8 +151,8 @@ def test_more_than_one_returned_sequence_reads_every_document():
 def test_rag_ask_lazy_gives_fast_answers_and_no_posterior_for_unread_passages(tmp_path):
     from openbook.rag import RAG
     from openbook.rag.assemble import build_knowledge_base
-    from test_causal_generator import make_generator
-    from test_rag_model import PASSAGES, tiny_encoder
+    from tiny import PASSAGES, tiny_encoder
+    from tiny_causal import make_generator
 
     encoder = tiny_encoder()
     kb = build_knowledge_base(PASSAGES, encoder, tmp_path / "kb", progress=False)

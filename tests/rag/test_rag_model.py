@@ -6,25 +6,15 @@ import warnings
 
 import pytest
 import torch
-from transformers import BertConfig, BertModel
 
 from openbook.corpus import Passage
 from openbook.errors import InputError, KnowledgeBaseError
 from openbook.index import KnowledgeBase
-from openbook.models.encoders import Encoder
 from openbook.models.generators import Seq2SeqGenerator
 from openbook.rag import RAG
 from openbook.rag.assemble import build_knowledge_base
-from tiny import PASSAGES, bart_tokenizer, bert_tokenizer, tiny_bart
+from tiny import PASSAGES, bart_tokenizer, bert_tokenizer, tiny_bart, tiny_encoder
 from tolerance import bound, magnitude, model_tolerance, probability_sum_bound, tolerance
-
-
-def tiny_encoder(seed: int = 0, normalize: bool = True) -> Encoder:
-    torch.manual_seed(seed)
-    tok = bert_tokenizer()
-    config = BertConfig(vocab_size=len(tok), hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
-                        intermediate_size=32)
-    return Encoder(BertModel(config).eval(), tok, pooling="mean", normalize=normalize, name=f"tiny-bert-{seed}")
 
 
 @pytest.fixture(scope="module")

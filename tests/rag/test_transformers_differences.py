@@ -28,8 +28,7 @@ from openbook.rag.assemble import build_knowledge_base, load_rag
 from openbook.rag.decoding import beam_config_for, rag_sequence_decode
 from openbook.rag.marginal import doc_log_prior, rag_sequence_nll
 from test_equivalence_transformers import B, K, contexts, hf_rag, strip
-from test_rag_model import PASSAGES
-from tiny import bart_tokenizer, bert_tokenizer, tiny_bart, tiny_dpr
+from tiny import PASSAGES, bart_tokenizer, bert_tokenizer, tiny_bart, tiny_dpr
 
 EPS = torch.finfo(torch.float32).eps
 D_MODEL = 16

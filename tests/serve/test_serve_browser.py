@@ -120,8 +120,7 @@ def server(tmp_path_factory):
     from openbook.rag import RAG
     from openbook.rag.assemble import build_knowledge_base
     from openbook.serve import ServeConfig, create_app
-    from test_rag_model import tiny_encoder
-    from tiny import bart_tokenizer, tiny_bart
+    from tiny import bart_tokenizer, tiny_bart, tiny_encoder
 
     root = tmp_path_factory.mktemp("books")
     encoder = tiny_encoder()

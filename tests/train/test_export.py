@@ -25,8 +25,7 @@ from openbook.models.generators import Seq2SeqGenerator
 from openbook.rag import RAG
 from openbook.rag.assemble import build_knowledge_base, load_rag, load_run
 from openbook.train.export import EXPORT_NOTE, export_transformers
-from test_rag_model import PASSAGES, tiny_encoder
-from tiny import bart_tokenizer, t5_tokenizer, tiny_bart, tiny_t5
+from tiny import PASSAGES, bart_tokenizer, t5_tokenizer, tiny_bart, tiny_encoder, tiny_t5
 from tiny_encoders import save_bert, save_dpr
 from tolerance import model_tolerance
 
@@ -156,7 +155,7 @@ def test_what_transformers_cannot_express_is_refused(folders, tmp_path, capsys):
     kb = KnowledgeBase.load(folders["kb-bert"])
     bert = load_encoder(str(folders["bert"]))
     # a causal-LM generator
-    from test_causal_generator import make_generator
+    from tiny_causal import make_generator
 
     causal = RAG(bert, make_generator(), kb, k=2)
     with pytest.raises(InputError, match="causal-LM run cannot be expressed"):

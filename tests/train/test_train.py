@@ -14,8 +14,7 @@ from openbook.rag import RAG
 from openbook.rag.assemble import build_knowledge_base
 from openbook.train import TrainConfig, train
 from openbook.train.trainer import lr_factor
-from test_rag_model import PASSAGES, tiny_encoder
-from tiny import bart_tokenizer, tiny_bart
+from tiny import PASSAGES, bart_tokenizer, tiny_bart, tiny_encoder
 
 EXAMPLES = [("capital of france", "paris"), ("who wrote the sun rises", "hemingway"),
             ("largest ocean", "pacific"), ("largest mountain", "everest")]
@@ -229,7 +228,7 @@ def test_train_command_reads_every_task_format(kb, tmp_path, capsys, monkeypatch
     import openbook.train as train_module
     from openbook.cli import main
     from openbook.eval.tasks import get_task
-    from test_closed_book import save_tiny_models
+    from tiny_runs import save_tiny_models
 
     name, content, pairs = TASK_FILES[task]
     data = tmp_path / name
@@ -293,7 +292,7 @@ def test_train_command_max_context_length_is_kept_by_the_run(kb, tmp_path, capsy
     """--max-context-length cuts the generator's inputs in training and is restored by load_run."""
     from openbook.cli import main
     from openbook.rag.assemble import load_run
-    from test_closed_book import save_tiny_models
+    from tiny_runs import save_tiny_models
 
     gen_dir, enc_dir, kb_dir = save_tiny_models(tmp_path)
     data = tmp_path / "train.jsonl"
@@ -311,7 +310,7 @@ def test_train_command_max_context_length_is_kept_by_the_run(kb, tmp_path, capsy
 def test_mixed_precision_warns_without_native_bfloat16(kb, tmp_path, capsys, monkeypatch):
     from openbook.cli import main
     from openbook.models import precision
-    from test_closed_book import save_tiny_models
+    from tiny_runs import save_tiny_models
 
     monkeypatch.setattr(precision, "bf16_hardware", lambda: False)
     gen_dir, enc_dir, kb_dir = save_tiny_models(tmp_path)
@@ -397,7 +396,7 @@ def test_ask_run_with_a_crafted_weights_file_is_a_one_line_error(tmp_path, capsy
     from safetensors.torch import save_file
 
     from openbook.cli import main
-    from test_closed_book import save_tiny_models, train_run
+    from tiny_runs import save_tiny_models, train_run
 
     gen_dir, enc_dir, kb_dir = save_tiny_models(tmp_path)
     run = train_run(tmp_path, "run", "rag-sequence", gen_dir, enc_dir, kb_dir)

@@ -146,7 +146,7 @@ atomic.atomic_dir = atomic_dir
 
 
 def test_train_command_with_nproc_2_runs_end_to_end_and_rank_0_alone_writes(tmp_path, monkeypatch, capfd):
-    from test_closed_book import save_tiny_models
+    from tiny_runs import save_tiny_models
 
     gen_dir, enc_dir, kb_dir = save_tiny_models(tmp_path)
     data = tmp_path / "train.jsonl"
