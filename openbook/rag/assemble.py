@@ -1,7 +1,8 @@
 """Putting a model together from names: generators, encoders, knowledge bases, trained runs.
 
 This is where the layers meet, above :mod:`openbook.rag.model` and :mod:`openbook.rag.closed_book` (it
-imports both; they never import it at module level): a knowledge base is built by encoding passages
+imports both; they never import it, not even inside a function: ``RAG.load`` is handed :func:`load_model` by
+:mod:`openbook.rag`): a knowledge base is built by encoding passages
 (corpus) with a document encoder (models) into an index (index); a generator name becomes the right
 adapter; a training run directory (``run.json`` + checkpoint) becomes its trained model again
 (:func:`load_run`). :func:`load_model` is the one function every command builds its model with.
