@@ -169,6 +169,15 @@ def test_rag_load_builds_with_the_one_loader():
     assert RAG.loader is assemble.load_model is load_model
 
 
+def test_exactly_one_public_load_model():
+    """One public model loader, :func:`openbook.rag.assemble.load_model` (``RAG.load`` and
+    ``openbook.rag.load_model`` are it); the command line's and the experiments' helpers are named for what they
+    do (``model_from_args``, ``model_of_run``)."""
+    defined = [module for module, path in MODULES.items() for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+               if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == "load_model"]
+    assert defined == ["openbook.rag.assemble"], defined
+
+
 def test_every_module_imports_in_a_fresh_interpreter():
     modules = sorted(name for name in MODULES if name != "openbook.__main__")
     probe = (
