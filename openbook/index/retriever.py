@@ -35,6 +35,7 @@ from typing import Any
 import numpy as np
 
 from openbook.errors import InputError, KnowledgeBaseError, positive_int
+from openbook.index.protocol import KnowledgeBaseLike
 
 #: The largest k any command or model accepts: the paper's test-time sweep goes to 50 documents and
 #: DPR reports recall@100. Larger k costs memory and time (RAG-Sequence Thorough decoding scores
@@ -94,7 +95,7 @@ class Retriever(ABC):
     #: whether the model's score scale multiplies the scores before the softmax (dense inner products)
     scaled = True
 
-    def __init__(self, kb):
+    def __init__(self, kb: KnowledgeBaseLike):
         self.kb = kb
 
     @property
@@ -102,7 +103,7 @@ class Retriever(ABC):
         """Live passages that can be retrieved (k is clamped to it)."""
         return len(self.kb)
 
-    def use_knowledge_base(self, kb) -> None:
+    def use_knowledge_base(self, kb: KnowledgeBaseLike) -> None:
         """Retrieve from ``kb`` from now on (drops anything built for the previous one)."""
         self.kb = kb
 
@@ -137,7 +138,7 @@ class DenseRetriever(Retriever):
 
     name = "dense"
 
-    def __init__(self, kb, encode: QueryEncoder):
+    def __init__(self, kb: KnowledgeBaseLike, encode: QueryEncoder):
         super().__init__(kb)
         self.encode = encode
 
@@ -167,12 +168,12 @@ class BM25Retriever(Retriever):
     name = "bm25"
     scaled = False
 
-    def __init__(self, kb, progress: bool = True):
+    def __init__(self, kb: KnowledgeBaseLike, progress: bool = True):
         super().__init__(kb)
         self.progress = progress
         self._index = None  # (BM25Index, excluded rows) of the current knowledge base
 
-    def use_knowledge_base(self, kb) -> None:
+    def use_knowledge_base(self, kb: KnowledgeBaseLike) -> None:
         super().use_knowledge_base(kb)
         self._index = None
 
@@ -191,12 +192,12 @@ class HybridRetriever(Retriever):
     name = "hybrid"
     scaled = False
 
-    def __init__(self, kb, retrievers: Sequence[Retriever], depth: int = HYBRID_DEPTH):
+    def __init__(self, kb: KnowledgeBaseLike, retrievers: Sequence[Retriever], depth: int = HYBRID_DEPTH):
         super().__init__(kb)
         self.retrievers = list(retrievers)
         self.depth = positive_int(depth, "hybrid depth")
 
-    def use_knowledge_base(self, kb) -> None:
+    def use_knowledge_base(self, kb: KnowledgeBaseLike) -> None:
         super().use_knowledge_base(kb)
         for retriever in self.retrievers:
             retriever.use_knowledge_base(kb)
@@ -209,7 +210,7 @@ class HybridRetriever(Retriever):
         return reciprocal_rank_fusion(lists, k)
 
 
-def make_retriever(name: str, kb, encode: QueryEncoder | None = None, progress: bool = True) -> Retriever:
+def make_retriever(name: str, kb: KnowledgeBaseLike, encode: QueryEncoder | None = None, progress: bool = True) -> Retriever:
     """The retriever called ``name`` (one of :data:`RETRIEVERS`) over ``kb``; dense and hybrid need the
     query encoder ``encode``."""
     if name not in RETRIEVERS:

@@ -21,7 +21,7 @@ import torch
 from torch import nn
 
 from openbook.errors import InputError
-from openbook.index import KnowledgeBase
+from openbook.index import KnowledgeBaseLike
 from openbook.index.retriever import RETRIEVERS, Retriever, check_k, make_retriever, retrieval_logprobs
 from openbook.models.encoders import Encoder, default_score_scale
 from openbook.models.generators import Generator, Memory
@@ -69,7 +69,7 @@ class RAG(nn.Module):
         self,
         query_encoder: Encoder,
         generator: Generator,
-        kb: KnowledgeBase,
+        kb: KnowledgeBaseLike,
         model: str = "rag-sequence",
         k: int = 5,
         score_scale: float | None = None,
@@ -96,7 +96,7 @@ class RAG(nn.Module):
 
     # ------------------------------------------------------------------------------ knowledge base
 
-    def _check_kb(self, kb: KnowledgeBase) -> None:
+    def _check_kb(self, kb: KnowledgeBaseLike) -> None:
         dim = self.query_encoder.dim if hasattr(self.query_encoder, "dim") else None
         if isinstance(dim, int) and kb.dim != dim:
             raise InputError(
@@ -104,7 +104,7 @@ class RAG(nn.Module):
                 f"{getattr(self.query_encoder, 'name', '?')!r} gives {dim}-d vectors"
             )
 
-    def use_knowledge_base(self, kb: KnowledgeBase) -> KnowledgeBase:
+    def use_knowledge_base(self, kb: KnowledgeBaseLike) -> KnowledgeBaseLike:
         """Hot-swap the non-parametric memory (no model reload); returns the previous one."""
         self._check_kb(kb)
         self.retriever.use_knowledge_base(kb)
