@@ -178,6 +178,45 @@ def test_exactly_one_public_load_model():
     assert defined == ["openbook.rag.assemble"], defined
 
 
+def _is_k(node: ast.AST) -> bool:
+    return (isinstance(node, ast.Name) and node.id == "k") or (isinstance(node, ast.Attribute) and node.attr == "k")
+
+
+def _is_bound(node: ast.AST) -> bool:
+    named = node.id if isinstance(node, ast.Name) else node.attr if isinstance(node, ast.Attribute) else ""
+    return (isinstance(node, ast.Constant) and isinstance(node.value, (int, float))) or named.endswith("MAX_K")
+
+
+def k_bound_checks(tree: ast.AST) -> list[int]:
+    """Lines of ``tree`` that check k against a bound of their own: ``k`` ordered against a number or a MAX_K,
+    a ``MAX_K`` defined, or a field ``k`` with pydantic's ``ge``/``le`` bounds."""
+    lines = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Compare) and all(isinstance(op, (ast.Lt, ast.LtE, ast.Gt, ast.GtE)) for op in node.ops):
+            operands = [node.left, *node.comparators]
+            if any(map(_is_k, operands)) and any(map(_is_bound, operands)):
+                lines.append(node.lineno)
+        elif isinstance(node, (ast.Assign, ast.AnnAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            names = {target.id for target in targets if isinstance(target, ast.Name)}
+            if "MAX_K" in names:
+                lines.append(node.lineno)
+            if "k" in names and isinstance(node.value, ast.Call) and {
+                    keyword.arg for keyword in node.value.keywords} & {"ge", "gt", "le", "lt"}:
+                lines.append(node.lineno)
+    return sorted(lines)
+
+
+def test_k_is_checked_by_one_function():
+    """``openbook.errors.check_k`` is the one check of k (against 1 and :data:`~openbook.errors.MAX_K`); no
+    other module compares k with a bound of its own (clamping k to the passages there are is not a check)."""
+    found = {module: k_bound_checks(ast.parse(path.read_text(encoding="utf-8"))) for module, path in MODULES.items()}
+    assert found.pop("openbook.errors"), "openbook.errors.check_k no longer checks k"
+    assert {module: lines for module, lines in found.items() if lines} == {}
+    probe = "if k > 100 or k == 0:\n    pass\nMAX_K = 3\nk: int = Field(1, le=3)\nif 1 <= self.k:\n    pass\n"
+    assert k_bound_checks(ast.parse(probe)) == [1, 3, 4, 5]
+
+
 def test_every_module_imports_in_a_fresh_interpreter():
     modules = sorted(name for name in MODULES if name != "openbook.__main__")
     probe = (

@@ -10,7 +10,8 @@ from __future__ import annotations
 import argparse
 from collections.abc import Callable
 
-from openbook.commands import positive_int
+from openbook.commands import k_arg, positive_int
+from openbook.errors import MAX_K
 
 MODELS = ("rag-sequence", "rag-token")
 WITH_CLOSED_BOOK = (*MODELS, "closed-book")
@@ -65,8 +66,8 @@ def _encoder(p) -> None:
 
 
 def _k(p) -> None:
-    p.add_argument("--k", type=positive_int, metavar="K", default=None,
-                   help=f"passages retrieved per question, at most 100 (default: {DEFAULT_K}, or the --run's)")
+    p.add_argument("--k", type=k_arg, metavar="K", default=None,
+                   help=f"passages retrieved per question, at most {MAX_K} (default: {DEFAULT_K}, or the --run's)")
 
 
 def _retriever(p) -> None:

@@ -20,9 +20,9 @@ import numpy as np
 import torch
 from torch import nn
 
-from openbook.errors import InputError
+from openbook.errors import InputError, check_k
 from openbook.index import KnowledgeBaseLike
-from openbook.index.retriever import RETRIEVERS, Retriever, check_k, make_retriever, retrieval_logprobs
+from openbook.index.retriever import RETRIEVERS, Retriever, make_retriever, retrieval_logprobs
 from openbook.models.encoders import Encoder, default_score_scale
 from openbook.models.generators import Generator, Memory
 from openbook.models.pieces import token_pieces
@@ -57,7 +57,7 @@ class RAG(nn.Module):
         kb: the knowledge base (document vectors d(z), passages, MIPS index), frozen.
         model: ``"rag-sequence"`` or ``"rag-token"``.
         k: documents retrieved per input (paper: 5 or 10 in training; at most
-            :data:`~openbook.index.retriever.MAX_K`, clamped to the knowledge base when retrieving).
+            :data:`~openbook.errors.MAX_K`, clamped to the knowledge base when retrieving).
         score_scale: multiplies d(z)^T q(x) before the softmax. DPR's unnormalised vectors use 1; with
             L2-normalised encoders (cosine scores in [-1, 1]) p(z|x) is nearly uniform, so the default
             there is 20. ``learn_scale=True`` makes it a trained parameter (stored as a log).
@@ -142,9 +142,10 @@ class RAG(nn.Module):
     def retrieve(self, questions: Sequence[str], k: int | None = None) -> Retrieval:
         """Top-k passages from the retriever, with p(z|x) (differentiable w.r.t. the query encoder for dense).
 
-        ``k`` (default: the model's) is checked and clamped to the knowledge base by the retriever."""
+        ``k`` (default: the model's) is checked here (:func:`openbook.errors.check_k`), where it enters, and
+        clamped to the knowledge base by the retriever."""
         questions = check_questions(questions)
-        hits = self.retriever.retrieve(questions, self.k if k is None else k)
+        hits = self.retriever.retrieve(questions, self.k if k is None else check_k(k))
         scores = hits.scores
         if not isinstance(scores, torch.Tensor):
             scores = torch.from_numpy(np.ascontiguousarray(scores, dtype=np.float32))
