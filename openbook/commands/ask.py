@@ -1,7 +1,7 @@
 """``openbook ask "QUESTION"``: answer questions with a RAG model and show the passages it retrieved.
 
 ``openbook ask --file QUESTIONS.txt`` answers many questions in one process, in batches. The model comes
-from :func:`openbook.commands.options.load_model` (replaced by a stub in the CLI tests).
+from :func:`openbook.commands.options.model_from_args` (replaced by a stub in the CLI tests).
 """
 
 from __future__ import annotations
@@ -72,7 +72,7 @@ def _cmd_ask(args: argparse.Namespace) -> int:
     # Read the questions before loading any model, so a wrong path fails in milliseconds.
     numbered = _read_questions(args.file) if args.file is not None else []
 
-    rag = options.load_model(args)
+    rag = options.model_from_args(args)
     settings = {"k": args.k, "num_beams": args.beams, "decoding": decoding,
                 "max_new_tokens": args.max_new_tokens}
     if args.k is None:  # the model's own k (5, or the run's)

@@ -151,7 +151,7 @@ def run(args: argparse.Namespace) -> int:
         from openbook.models.adapters import LoraSettings
 
         lora = LoraSettings(r=args.lora, alpha=args.lora_alpha or 2 * args.lora, dropout=args.lora_dropout)
-    rag = options.load_model(args, learn_scale=args.learn_scale, untrained=True)
+    rag = options.model_from_args(args, learn_scale=args.learn_scale, untrained=True)
     if lora is not None:
         from openbook.models.adapters import add_lora
 

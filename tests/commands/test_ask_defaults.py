@@ -42,11 +42,11 @@ def test_dtype_reaches_the_loader(monkeypatch):
     monkeypatch.setitem(sys.modules, "openbook.rag.assemble",
                         types.SimpleNamespace(load_model=lambda **kwargs: seen.update(kwargs)))
     monkeypatch.setattr(options, "quiet_libraries", lambda: None)
-    options.load_model(parse("ask", "q?", "--dtype", "bfloat16"))
+    options.model_from_args(parse("ask", "q?", "--dtype", "bfloat16"))
     assert seen["dtype"] == "bfloat16"
-    options.load_model(parse("eval", "--task", "nq", "--data", "x"))
+    options.model_from_args(parse("eval", "--task", "nq", "--data", "x"))
     assert seen["dtype"] == "float32"
-    options.load_model(argparse.Namespace())  # a command without --dtype (train): float32
+    options.model_from_args(argparse.Namespace())  # a command without --dtype (train): float32
     assert seen["dtype"] == "float32"
 
 

@@ -1,6 +1,6 @@
 """The ``openbook`` command line, end to end, with a stub RAG model in place of the real one.
 
-The stub stands where ``openbook.commands.options.load_model`` would build the model: it records how it was
+The stub stands where ``openbook.commands.options.model_from_args`` would build the model: it records how it was
 loaded and every ``ask`` call, and answers deterministically, so these tests check what the CLI does
 (parsing, batching, output formats, error handling) without torch, a knowledge base or a generator.
 """
@@ -93,7 +93,7 @@ class StubRAG:
 
 @pytest.fixture
 def stub(monkeypatch):
-    """Install a StubRAG as what ``options.load_model`` returns; ``stub.loads`` records the load arguments."""
+    """Install a StubRAG as what ``options.model_from_args`` returns; ``stub.loads`` records the load arguments."""
     holder = types.SimpleNamespace(rag=None, loads=[], warn=None, load_error=None)
 
     def fake_load(args):
@@ -104,7 +104,7 @@ def stub(monkeypatch):
         holder.rag = StubRAG(model=args.model or "rag-sequence", warn=holder.warn)
         return holder.rag
 
-    monkeypatch.setattr(options, "load_model", fake_load)
+    monkeypatch.setattr(options, "model_from_args", fake_load)
     return holder
 
 
@@ -395,7 +395,7 @@ def test_warning_display_is_restored_after_main(stub, capsys):
 # -- the real loader and the installed entry points ----------------------------------------------------
 
 
-def test_load_model_passes_the_options_to_the_one_loader(monkeypatch):
+def test_model_from_args_passes_the_options_to_the_one_loader(monkeypatch):
     seen = {}
 
     def fake_build(**kwargs):
@@ -406,7 +406,7 @@ def test_load_model_passes_the_options_to_the_one_loader(monkeypatch):
     monkeypatch.setattr(options, "quiet_libraries", lambda: None)
     args = cli.build_parser().parse_args(["ask", "q?", "--model", "rag-token", "--kb", "kb", "--generator", "g",
                                           "--encoder", "e", "--retriever", "bm25", "--k", "3", "--untrained"])
-    assert options.load_model(args) == "loaded"
+    assert options.model_from_args(args) == "loaded"
     assert seen == {"model": "rag-token", "kb": "kb", "generator": "g", "encoder": "e", "run": None,
                     "retriever": "bm25", "k": 3, "untrained": True, "dtype": "auto",
                     "device": options.device(args)}  # --device auto, resolved: cuda where there is a GPU

@@ -100,7 +100,7 @@ def test_serve_on_shards_answers_as_on_the_whole_and_edits_the_shards(books):
                                            ("model", "run", "kb", "generator", "untrained", "encoder", "k", "dtype",
                                             "device")})
         return create_app(ServeConfig(admin_token="secret", max_wait_ms=1.0, kb_root=str(root),
-                                      load=functools.partial(options.load_model, model_args)))
+                                      load=functools.partial(options.model_from_args, model_args)))
 
     body = {"question": QUESTIONS, "k": 2, "max_new_tokens": 4}
     admin = {"Authorization": "Bearer secret"}

@@ -427,7 +427,7 @@ def test_cli_eval_task_errors_are_one_line_and_early(tmp_path, capsys, monkeypat
     def no_model(*args, **kwargs):
         raise AssertionError("the model must not be loaded before the data is read")
 
-    monkeypatch.setattr(options, "load_model", no_model)
+    monkeypatch.setattr(options, "model_from_args", no_model)
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"question": "q", "answers": ["a"]}\n{"question": "q"}\n', encoding="utf-8")
     assert cli.main(["eval", "--task", "nq", "--data", str(bad)]) == 2
@@ -453,7 +453,7 @@ def test_cli_eval_task_uses_the_stub_loader_and_default_out_dir(tmp_path, capsys
         loaded.append((args.model, args.kb, args.generator, args.encoder))
         return StubModel()
 
-    monkeypatch.setattr(options, "load_model", stub_loader)
+    monkeypatch.setattr(options, "model_from_args", stub_loader)
     monkeypatch.chdir(tmp_path)
     data = write_jsonl(tmp_path / "qa.jsonl", [{"input": "say paris", "target": "paris"}])
     assert cli.main(["eval", "--task", "qa", "--data", str(data), "--json"]) == 0

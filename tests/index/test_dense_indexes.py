@@ -374,7 +374,7 @@ def test_bad_input_errors_name_the_input(kind, tmp_path):
         index.search(np.full((1, DIM), np.nan, dtype=np.float32), K)
     with pytest.raises(InputError, match=r"query vectors must be a 2-D array"):
         index.search(QUERIES[None], K)
-    with pytest.raises(InputError, match=r"k \(number of passages to retrieve\) must be a positive integer, got 0"):
+    with pytest.raises(InputError, match=r"k must be a positive integer, got 0"):
         index.search(QUERIES, 0)
     fresh = index_class(kind).create(DIM, **PARAMS[kind])
     with pytest.raises(InputError, match=r"vectors to add have dimension 16 but the index has dimension 32"):

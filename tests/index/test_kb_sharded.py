@@ -318,3 +318,24 @@ def test_kb_edit_commands_work_on_a_sharded_knowledge_base(capsys, tmp_path, cor
     ids = {p["id"] for p in retrieve(capsys, tmp_path / "s", "capital", "--k", "7")["passages"]}
     assert {"paris", "moon", "sun"} <= ids
     assert "berlin lies on the spree" not in {p["text"] for p in retrieve(capsys, tmp_path / "s", "spree")["passages"]}
+
+
+def test_single_and_sharded_knowledge_bases_share_one_interface(flat, tmp_path):
+    """Both kinds are a KnowledgeBaseLike (the protocol the retrievers, the model and the loader take), with
+    every member of it; a path is not one."""
+    from openbook.index import KnowledgeBaseLike
+    from openbook.rag import assemble
+
+    members = [name for name in vars(KnowledgeBaseLike) if not name.startswith("_") or name in
+               ("__len__", "__getitem__", "__iter__")]
+    assert {"search", "passages", "embeddings", "at_version", "__len__"} <= set(members)
+    for cls in (KnowledgeBase, ShardedKnowledgeBase):
+        assert [name for name in members if not hasattr(cls, name)] == [], cls
+    sharded = load_knowledge_base(shard_knowledge_base(flat.path, 2, tmp_path / "sharded"))
+    try:
+        assert isinstance(flat, KnowledgeBaseLike) and isinstance(sharded, KnowledgeBaseLike)
+        assert not isinstance(flat.path, KnowledgeBaseLike) and not isinstance(str(flat.path), KnowledgeBaseLike)
+        assert not hasattr(assemble, "LOADED")  # the one interface, not a tuple of classes
+        assert assemble.encoder_name(None, sharded) == assemble.encoder_name(None, flat) == ENCODER.name
+    finally:
+        sharded.close()

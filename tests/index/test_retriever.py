@@ -10,14 +10,13 @@ import pytest
 import torch
 
 from openbook import cli
-from openbook.errors import InputError, positive_int
+from openbook.errors import MAX_K, InputError, check_k, positive_int
 from openbook.index.retriever import (
-    MAX_K,
     BM25Retriever,
     DenseRetriever,
     HybridRetriever,
     Retriever,
-    check_k,
+    fit_k,
     make_retriever,
     retrieval_logprobs,
 )
@@ -60,18 +59,49 @@ def saved_models(tmp_path_factory, parts):
 # k and the positive-integer check
 
 
-@pytest.mark.parametrize("bad", [0, -3, True, 2.5, "5", None])
-def test_k_must_be_a_positive_integer(bad):
-    with pytest.raises(InputError, match="positive integer"):
+def k_message(k) -> str:
+    return f"k (passages per question) must be a whole number from 1 to {MAX_K}, got {k!r}"
+
+
+@pytest.mark.parametrize("bad", [0, -3, True, 2.5, "5", None, MAX_K + 1, 100000])
+def test_k_must_be_a_whole_number_from_1_to_max_k(bad):
+    with pytest.raises(InputError) as error:
         check_k(bad)
+    assert str(error.value) == k_message(bad)
 
 
 def test_k_is_bounded_and_clamped_to_the_live_passages():
-    assert check_k(np.int64(7)) == 7 and check_k(MAX_K) == MAX_K
-    with pytest.raises(InputError, match=f"at most {MAX_K}, got 100000"):
-        check_k(100000, available=46)
+    assert check_k(np.int64(7)) == 7 and check_k(MAX_K) == MAX_K and check_k(1) == 1
     with pytest.warns(UserWarning, match="k=50 is larger than the knowledge base \\(46 passages\\); using k=46"):
-        assert check_k(50, available=46) == 46
+        assert fit_k(50, available=46) == 46
+
+
+@pytest.mark.parametrize("k", [0, MAX_K + 1])
+def test_every_entry_refuses_a_bad_k_with_the_one_message(tmp_path, capsys, k):
+    """The command line (argparse type), the API (the request models: 422 naming k) and Python (RAG(k=),
+    RAG.retrieve, RAG.ask) refuse k=0 and k=MAX_K+1 with openbook.errors.check_k's message."""
+    from openbook.serve.app import create_app
+    from serve_helpers import client, config, run, tiny_rag
+
+    message = k_message(k)
+    rag, encoder = tiny_rag(tmp_path)
+    for call in (lambda: RAG(rag.query_encoder, rag.generator, rag.kb, k=k), lambda: rag.retrieve(["q"], k=k),
+                 lambda: rag.ask(["q"], k=k, num_beams=1, max_new_tokens=2)):
+        with pytest.raises(InputError) as error:
+            call()
+        assert str(error.value) == message
+    for command in (["retrieve", "q"], ["ask", "q"]):
+        assert cli.main(command + ["--kb", str(tmp_path / "kbs" / "main"), "--k", str(k)]) == 2
+        out, err = capsys.readouterr()
+        assert out == "" and err.endswith(f" error: argument --k: {message}\n"), err
+
+    async def go():
+        async with client(create_app(config(tmp_path, encoder), rag=rag)) as http:
+            for path in ("/v1/ask", "/v1/retrieve"):
+                r = await http.post(path, json={"question": "q", "k": k})
+                assert r.status_code == 422 and r.json()["error"] == {"message": f"k: {message}", "field": "k"}, r.text
+
+    run(go())
 
 
 def test_positive_int_names_what_is_wrong():
@@ -189,9 +219,9 @@ def test_make_retriever_names_and_needs(parts):
 def test_ask_with_a_huge_k_is_refused_and_a_large_one_reads_only_the_live_passages(parts):
     encoder, kb, generator = parts
     rag = RAG(encoder, generator, kb, k=2)
-    with pytest.raises(InputError, match=f"at most {MAX_K}"):
+    with pytest.raises(InputError, match=f"from 1 to {MAX_K}, got 100000"):
         rag.ask(["capital of france"], k=100000)
-    with pytest.raises(InputError, match=f"at most {MAX_K}"):
+    with pytest.raises(InputError, match=f"from 1 to {MAX_K}, got 100000"):
         RAG(encoder, generator, kb, k=100000)
     seen = []
     contexts = generator.contexts
@@ -236,8 +266,10 @@ def test_cli_ask_k_and_decoding_errors_are_one_line(saved_models, capsys):
     gen_dir, kb_dir = saved_models
     base = ["ask", "capital of france", "--kb", str(kb_dir), "--generator", str(gen_dir), "--beams", "1",
             "--max-new-tokens", "2"]
+    assert cli.main(base + ["--k", "100000"]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and err.endswith(f"openbook ask: error: argument --k: {k_message(100000)}\n")
     for extra, message in (
-        (["--k", "100000"], f"k (passages to retrieve) must be at most {MAX_K}, got 100000"),
         (["--length-penalty", "nan"], "length_penalty must be a finite number, got nan"),
         (["--min-new-tokens", "3"], "min_new_tokens (3) must not exceed max_new_tokens (2)"),
     ):

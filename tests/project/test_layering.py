@@ -3,9 +3,8 @@
 Layers, lowest first: the shared base (``errors``, ``atomic``, ``data``), ``corpus``, ``index``,
 ``models``, ``rag``, then ``train``/``eval`` and ``experiments``, then ``commands`` and the entry point
 (``cli``, ``__main__``). Every import between openbook modules is read with :mod:`ast` -- those at module
-level and those inside functions (the lazy ones) -- and none may reach a higher layer. Among module-level
-imports there must be no cycle (a lazy import inside a function, like ``RAG.load``'s of the loader above
-it in the same layer, is allowed). Finally every module imports in a fresh interpreter.
+level and those inside functions (the lazy ones) -- and none may reach a higher layer. Among all of them,
+lazy ones included, there must be no cycle. Finally every module imports in a fresh interpreter.
 """
 
 from __future__ import annotations
@@ -120,14 +119,17 @@ def test_commands_never_import_the_entry_point():
             assert "openbook.cli" not in top | lazy, module
 
 
-def test_no_import_cycles_at_module_level():
+def test_no_import_cycles():
+    """No cycle among openbook's imports, those inside functions included: a lazy import only delays a
+    circle, it does not break it."""
     state: dict[str, int] = {}  # 1: on the current path, 2: done
     path: list[str] = []
 
     def walk(module: str) -> None:
         state[module] = 1
         path.append(module)
-        for target in sorted(GRAPH[module][0]):
+        top, lazy = GRAPH[module]
+        for target in sorted(top | lazy):
             if state.get(target) == 1:
                 cycle = path[path.index(target):] + [target]
                 raise AssertionError("import cycle: " + " -> ".join(cycle))
@@ -142,19 +144,77 @@ def test_no_import_cycles_at_module_level():
 
 
 def test_the_model_modules_form_a_plain_layering():
-    """The loader (assemble) imports the model and the closed-book baseline; they never import it at
-    module level (``RAG.load`` imports it lazily, inside the classmethod)."""
+    """The loader (assemble) imports the model and the closed-book baseline; they never import it, not even
+    inside a function (``RAG.load`` is handed the loader by ``openbook.rag``), nor each other: what both
+    answer with and check (``Answer``, the question and decoding checks) lives in ``openbook.rag.answer``."""
     assert {"openbook.rag.model", "openbook.rag.closed_book"} <= GRAPH["openbook.rag.assemble"][0]
     for module in ("openbook.rag.model", "openbook.rag.closed_book"):
-        assert "openbook.rag.assemble" not in GRAPH[module][0], module
-    assert "openbook.rag.assemble" not in GRAPH["openbook.rag.closed_book"][1]
+        top, lazy = GRAPH[module]
+        assert "openbook.rag.assemble" not in top | lazy, module
+        assert "openbook.rag.answer" in top, module
+    assert "openbook.rag.model" not in set().union(*GRAPH["openbook.rag.closed_book"])
 
 
-def test_the_cycle_check_finds_a_cycle(monkeypatch):
-    monkeypatch.setitem(GRAPH, "openbook.rag.model", (GRAPH["openbook.rag.model"][0] | {"openbook.rag.assemble"},
-                                                      set()))
+def test_the_cycle_check_finds_a_cycle_through_a_lazy_import(monkeypatch):
+    top, lazy = GRAPH["openbook.rag.model"]
+    monkeypatch.setitem(GRAPH, "openbook.rag.model", (top, lazy | {"openbook.rag.assemble"}))
     with pytest.raises(AssertionError, match="import cycle"):
-        test_no_import_cycles_at_module_level()
+        test_no_import_cycles()
+
+
+def test_rag_load_builds_with_the_one_loader():
+    """``RAG.load`` delegates to :func:`openbook.rag.assemble.load_model`, handed in by ``openbook.rag``."""
+    from openbook.rag import RAG, assemble, load_model
+
+    assert RAG.loader is assemble.load_model is load_model
+
+
+def test_exactly_one_public_load_model():
+    """One public model loader, :func:`openbook.rag.assemble.load_model` (``RAG.load`` and
+    ``openbook.rag.load_model`` are it); the command line's and the experiments' helpers are named for what they
+    do (``model_from_args``, ``model_of_run``)."""
+    defined = [module for module, path in MODULES.items() for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+               if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == "load_model"]
+    assert defined == ["openbook.rag.assemble"], defined
+
+
+def _is_k(node: ast.AST) -> bool:
+    return (isinstance(node, ast.Name) and node.id == "k") or (isinstance(node, ast.Attribute) and node.attr == "k")
+
+
+def _is_bound(node: ast.AST) -> bool:
+    named = node.id if isinstance(node, ast.Name) else node.attr if isinstance(node, ast.Attribute) else ""
+    return (isinstance(node, ast.Constant) and isinstance(node.value, (int, float))) or named.endswith("MAX_K")
+
+
+def k_bound_checks(tree: ast.AST) -> list[int]:
+    """Lines of ``tree`` that check k against a bound of their own: ``k`` ordered against a number or a MAX_K,
+    a ``MAX_K`` defined, or a field ``k`` with pydantic's ``ge``/``le`` bounds."""
+    lines = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Compare) and all(isinstance(op, (ast.Lt, ast.LtE, ast.Gt, ast.GtE)) for op in node.ops):
+            operands = [node.left, *node.comparators]
+            if any(map(_is_k, operands)) and any(map(_is_bound, operands)):
+                lines.append(node.lineno)
+        elif isinstance(node, (ast.Assign, ast.AnnAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            names = {target.id for target in targets if isinstance(target, ast.Name)}
+            if "MAX_K" in names:
+                lines.append(node.lineno)
+            if "k" in names and isinstance(node.value, ast.Call) and {
+                    keyword.arg for keyword in node.value.keywords} & {"ge", "gt", "le", "lt"}:
+                lines.append(node.lineno)
+    return sorted(lines)
+
+
+def test_k_is_checked_by_one_function():
+    """``openbook.errors.check_k`` is the one check of k (against 1 and :data:`~openbook.errors.MAX_K`); no
+    other module compares k with a bound of its own (clamping k to the passages there are is not a check)."""
+    found = {module: k_bound_checks(ast.parse(path.read_text(encoding="utf-8"))) for module, path in MODULES.items()}
+    assert found.pop("openbook.errors"), "openbook.errors.check_k no longer checks k"
+    assert {module: lines for module, lines in found.items() if lines} == {}
+    probe = "if k > 100 or k == 0:\n    pass\nMAX_K = 3\nk: int = Field(1, le=3)\nif 1 <= self.k:\n    pass\n"
+    assert k_bound_checks(ast.parse(probe)) == [1, 3, 4, 5]
 
 
 def test_every_module_imports_in_a_fresh_interpreter():

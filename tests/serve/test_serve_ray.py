@@ -243,7 +243,7 @@ def test_replicas_load_the_model_with_every_model_option_serve_takes():
     from openbook.commands import options
     from openbook.commands.serve import MODEL_OPTIONS
 
-    read = set(re.findall(r'getattr\(args, "(\w+)"', inspect.getsource(options.load_model))) | {"device"}
+    read = set(re.findall(r'getattr\(args, "(\w+)"', inspect.getsource(options.model_from_args))) | {"device"}
     subparsers = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
     declared = {action.dest for action in subparsers.choices["serve"]._actions}
     assert read & declared <= set(MODEL_OPTIONS), sorted(read & declared - set(MODEL_OPTIONS))

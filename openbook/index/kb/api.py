@@ -14,8 +14,8 @@ import numpy as np
 
 from openbook.corpus import Passage
 from openbook.corpus.readers import RecordErrors
-from openbook.errors import InputError, KnowledgeBaseError
-from openbook.index.dense import DenseIndex, check_k, index_class
+from openbook.errors import InputError, KnowledgeBaseError, positive_int
+from openbook.index.dense import DenseIndex, index_class
 from openbook.index.kb.build import build_and_publish
 from openbook.index.kb.edit import add_passages, delete_passages, update_passages, use_version
 from openbook.index.kb.folder import check_out_dir
@@ -325,7 +325,7 @@ class KnowledgeBase:
         Rows deleted as of this version or added after it are never returned. ``k`` greater than the
         number of passages is clamped to it with a warning.
         """
-        k = check_k(k)
+        k = positive_int(k, "k")
         if len(self) == 0:
             raise KnowledgeBaseError(f"knowledge base {self._path} has no passages at version {self._version}")
         if k > len(self):
