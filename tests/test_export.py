@@ -209,3 +209,9 @@ def test_export_force_keeps_files_the_export_did_not_write(folders, tmp_path, ca
         (out / extra).rmdir() if (out / extra).is_dir() else (out / extra).unlink()
     assert main(["export", str(run), "--out", str(out), "--force"]) == 0  # only its own files: replaced
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]
+    note = json.loads((out / EXPORT_NOTE).read_text())
+    del note["files"]  # as an export by an older openbook: its own files cannot be told from others
+    (out / EXPORT_NOTE).write_text(json.dumps(note))
+    capsys.readouterr()
+    assert main(["export", str(run), "--out", str(out), "--force"]) == 2
+    assert "does not list the files" in capsys.readouterr().err and (out / "config.json").is_file()

@@ -153,7 +153,11 @@ def _check_destination(out: Path, force: bool) -> None:
             raise InputError(f"{out} exists and is not empty; give --force to replace an earlier export")
         if not (out / EXPORT_NOTE).is_file():
             raise InputError(f"{out} is not an openbook export (no {EXPORT_NOTE}); not replacing it, even with --force")
-        foreign = _foreign_files(out)
+        written = _recorded_files(out)
+        if written is None:
+            raise InputError(f"{out} does not list the files its export wrote (an export by an older openbook, or a "
+                             f"damaged {EXPORT_NOTE}), so --force cannot tell them from others: remove it yourself")
+        foreign = _foreign_files(out, {*written, EXPORT_NOTE})
         if foreign:
             shown = ", ".join(foreign[:5]) + (f" and {len(foreign) - 5} more" if len(foreign) > 5 else "")
             raise InputError(f"refusing to replace export {out}: it also holds files the export did not write "
@@ -161,21 +165,22 @@ def _check_destination(out: Path, force: bool) -> None:
 
 
 def _files_in(folder: Path) -> list[str]:
-    """The files under ``folder``, as sorted relative POSIX paths."""
+    """The files under ``folder``, as sorted relative POSIX paths (what an export's note lists)."""
     return sorted(entry.relative_to(folder).as_posix() for entry in folder.rglob("*")
                   if entry.is_symlink() or not entry.is_dir())
 
 
-def _foreign_files(out: Path) -> list[str]:
-    """What the export at ``out`` holds beyond the files its note lists (everything if the note lists none:
-    an export from before openbook recorded them, or a damaged note), each foreign folder once."""
+def _recorded_files(out: Path) -> list[str] | None:
+    """The files the export at ``out`` wrote, as its note lists them, or None if it lists none."""
     try:
         written = json.loads((out / EXPORT_NOTE).read_text(encoding="utf-8")).get("files")
     except (OSError, ValueError, AttributeError):
-        written = None
-    if not (isinstance(written, list) and all(isinstance(name, str) for name in written)):
-        written = []
-    own = {*written, EXPORT_NOTE}
+        return None
+    return written if isinstance(written, list) and all(isinstance(name, str) for name in written) else None
+
+
+def _foreign_files(out: Path, own: set[str]) -> list[str]:
+    """What ``out`` holds beyond the files ``own`` and their folders, each foreign folder named once."""
     own_dirs = {parent.as_posix() for name in own for parent in PurePosixPath(name).parents}
     foreign: list[str] = []
     for entry in sorted(out.rglob("*")):
