@@ -190,3 +190,27 @@ def test_export_never_replaces_a_folder_that_is_not_an_export(folders, tmp_path,
     report = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert report["class"] == "RagTokenForGeneration" and report["run"] == str(run.resolve())
     assert (out / EXPORT_NOTE).is_file() and not [p for p in tmp_path.iterdir() if p.name.startswith(".")]
+
+
+def test_export_force_keeps_files_the_export_did_not_write(folders, tmp_path, capsys):
+    run, out = train_and_export(folders, tmp_path, "bart", "dpr", "rag-token")
+    (out / "README.md").write_text("my notes")
+    (out / "results").mkdir()
+    (out / "results" / "dev.json").write_text("{}")
+    (out / "generator_tokenizer" / "mine.txt").write_text("mine")
+    capsys.readouterr()
+    assert main(["export", str(run), "--out", str(out), "--force"]) == 2
+    err = capsys.readouterr().err
+    assert "did not write (README.md, generator_tokenizer/mine.txt, results)" in err and err.count("\n") == 1
+    assert (out / "README.md").read_text() == "my notes" and (out / "results" / "dev.json").is_file()
+    assert (out / "generator_tokenizer" / "mine.txt").is_file()
+    for extra in ("README.md", "results/dev.json", "results", "generator_tokenizer/mine.txt"):
+        (out / extra).rmdir() if (out / extra).is_dir() else (out / extra).unlink()
+    assert main(["export", str(run), "--out", str(out), "--force"]) == 0  # only its own files: replaced
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]
+    note = json.loads((out / EXPORT_NOTE).read_text())
+    del note["files"]  # as an export by an older openbook: its own files cannot be told from others
+    (out / EXPORT_NOTE).write_text(json.dumps(note))
+    capsys.readouterr()
+    assert main(["export", str(run), "--out", str(out), "--force"]) == 2
+    assert "does not list the files" in capsys.readouterr().err and (out / "config.json").is_file()
