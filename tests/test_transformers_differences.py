@@ -1,4 +1,4 @@
-"""Where openbook and transformers' RAG could differ, and which way each goes (README: "Differences from
+"""Where openbook and transformers' RAG could differ, and which way each goes (docs/transformers.md: "Differences from
 transformers' RAG").
 
 * An imported transformers RAG checkpoint sees exactly what transformers feeds it: the question inside
