@@ -6,8 +6,8 @@ refused, so that a binary file with a text suffix is named instead of indexed as
 
 from openbook.corpus.readers.document import FileProblem
 
-# The most common legacy encodings first: on short Western text several single-byte code pages decode
-# the same bytes equally well, and charset-normalizer's own first choice among them is arbitrary.
+# The most common legacy encodings first: several single-byte code pages decode the same bytes to the same
+# text, and charset-normalizer's own name for the group is arbitrary (cp1250 for a French cp1252 file).
 _PREFERRED = ("utf_8", "cp1252", "latin_1", "iso8859_15", "cp1250", "cp1251")
 _BOMS = (b"\xef\xbb\xbf", b"\xff\xfe", b"\xfe\xff")
 _ALLOWED_CONTROLS = set("\t\n\r\f\v")
@@ -32,8 +32,12 @@ def decode_text(data: bytes) -> tuple[str, str]:
     if not matches:
         raise FileProblem("binary", "binary data, not text in any common encoding")
     least = min(m.chaos for m in matches)
-    tied = {m.encoding: m for m in matches if m.chaos <= least + 0.01}
-    match = next((tied[name] for name in _PREFERRED if name in tied), None) or from_bytes(data).best() or matches[0]
+    tied = [m for m in matches if m.chaos <= least + 0.01]
+    for name in _PREFERRED:  # each match also names the encodings that decode these bytes the same way
+        for match in tied:
+            if name in (match.could_be_from_charset or [match.encoding]):
+                return _checked(data.decode(name)), name
+    match = from_bytes(data).best() or matches[0]
     return _checked(str(match)), match.encoding
 
 

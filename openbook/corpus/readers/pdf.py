@@ -4,6 +4,8 @@ The title is the document's own (its metadata) or the file name. Encrypted files
 need no password; corrupt ones are named, as are PDFs without any text (e.g. scanned images).
 """
 
+import io
+import logging
 from pathlib import Path
 
 from openbook.corpus.readers.document import Document, FileProblem, Part, need, read_bytes
@@ -12,12 +14,20 @@ PDF_SUFFIXES = (".pdf",)
 
 
 def read_pdf(path: Path) -> Document:
-    import io
-
     data = read_bytes(path, "pdf")
     pypdf = need("pypdf", "PDF files")
     if not data.strip():
         raise FileProblem("empty", "empty file")
+    log = logging.getLogger("pypdf")  # its warnings about a broken file would repeat the one-line problem
+    level = log.level
+    log.setLevel(logging.ERROR + 1)
+    try:
+        return _read(path, data, pypdf)
+    finally:
+        log.setLevel(level)
+
+
+def _read(path: Path, data: bytes, pypdf) -> Document:
     try:
         reader = pypdf.PdfReader(io.BytesIO(data))
         if reader.is_encrypted and not reader.decrypt(""):
