@@ -132,3 +132,27 @@ def test_a_missing_docs_extra_stops_before_the_encoder_loads(capsys, tmp_path, f
     code, _, err = run(capsys, "kb", "build", folder, "--out", tmp_path / "kb", "--quiet")
     assert code == 2 and loaded == [] and len(err.strip().splitlines()) == 1
     assert f"{folder}: reading DOCX files needs docx: pip install 'openbook[docs]'" in err
+
+
+def test_corrupt_or_headerless_record_files_in_a_folder_are_named_not_fatal(capsys, tmp_path, folder, loaded):
+    import gzip
+
+    records = "".join(json.dumps({"title": f"T{i}", "text": f"record number {i}"}) + "\n" for i in range(2000))
+    (folder / "cut.jsonl.gz").write_bytes(gzip.compress(records.encode())[:-40])
+    (folder / "headless.tsv").write_text("7\tthe pacific\tPacific\n", encoding="utf-8")
+    code, stdout, err = run(capsys, "kb", "build", folder, "--out", tmp_path / "kb", "--quiet", "--json")
+    assert code == 0, err  # with the default --on-error stop: these are whole files, not malformed records
+    not_read = {Path(s["path"]).name: s for s in json.loads(stdout)["files_not_read"]}
+    assert not_read["cut.jsonl.gz"]["reason"] == "corrupt" and "gzip" in not_read["cut.jsonl.gz"]["detail"]
+    assert "passage(s) before it were kept" in not_read["cut.jsonl.gz"]["detail"]
+    assert not_read["headless.tsv"]["reason"] == "no header"
+    assert not_read["headless.tsv"]["detail"].startswith("line 1: expected a header row")
+
+
+def test_a_folder_with_nothing_readable_is_one_line(capsys, tmp_path, loaded):
+    folder = tmp_path / "pictures"
+    folder.mkdir()
+    (folder / "photo.png").write_bytes(b"\x89PNG\r\n\x1a\n")
+    code, _, err = run(capsys, "kb", "build", folder, "--out", tmp_path / "kb", "--quiet")
+    assert code == 2 and loaded == [] and len(err.strip().splitlines()) == 1
+    assert f"{folder}: no file openbook reads in this folder (1 not read: {folder / 'photo.png'}: unsupported type" in err

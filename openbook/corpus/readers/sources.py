@@ -76,7 +76,7 @@ def check_sources(sources: Iterable[str | os.PathLike]) -> list[Path]:
     if not paths:
         raise InputError("no corpus source given")
     for path in paths:
-        kinds = {file_type(f) for f, _ in _folder_files(path, SourceReport())} if path.is_dir() else {source_kind(path)}
+        kinds = _folder_types(path) if path.is_dir() else {source_kind(path)}
         if "parquet" in kinds:
             _import_parquet()
         for kind in sorted(k for k in kinds if k in _LIBRARIES):
@@ -86,6 +86,16 @@ def check_sources(sources: Iterable[str | os.PathLike]) -> list[Path]:
                 except FileProblem as exc:
                     raise InputError(f"{path}: {exc.detail}") from None
     return paths
+
+
+def _folder_types(folder: Path) -> set[str]:
+    """The types of the files a folder build would read; InputError if there are none."""
+    report = SourceReport()
+    kinds = {file_type(f) for f, _ in _folder_files(folder, report)}
+    if not kinds:
+        first = f": {report.skipped[0]}" if report.skipped else ""
+        raise InputError(f"{folder}: no file openbook reads in this folder ({len(report.skipped)} not read{first})")
+    return kinds
 
 
 def iter_source_passages(
@@ -111,24 +121,29 @@ def iter_source_passages(
             for file, relative in _folder_files(path, report):
                 yield from _file_passages(file, f"{name}/{relative}", max_words, errors, report, text_columns)
         else:
-            yield from _file_passages(path, path.name, max_words, errors, report, text_columns)
+            yield from _file_passages(path, path.name, max_words, errors, report, text_columns, in_folder=False)
 
 
 def _file_passages(path: Path, base_id: str, max_words: int, errors: RecordErrors, report: SourceReport,
-                   text_columns: Sequence[str] | None) -> Iterator[SourcePassage]:
-    """The passages of one file; a file that cannot be read is named in ``report`` instead."""
+                   text_columns: Sequence[str] | None, in_folder: bool = True) -> Iterator[SourcePassage]:
+    """The passages of one file; a file that cannot be read is named in ``report`` instead (in a folder,
+    also a JSON Lines, TSV or Parquet file found corrupt or without a header: see ``_file_error``)."""
     kind = file_type(path)
     count = 0
     try:
+        errors.whole_files = in_folder
         for item in _reader(kind, text_columns)(path, base_id, max_words, errors, report):
             count += 1
             yield item
     except FileProblem as problem:
-        report.skip(path, problem.reason, problem.detail)
+        kept = f"; the {count} passage(s) before it were kept" if count else ""
+        report.skip(path, problem.reason, problem.detail + kept)
         return
     except OSError as exc:
         report.skip(path, "unreadable", f"cannot read: {exc.strerror or exc}")
         return
+    finally:
+        errors.whole_files = False
     if count:
         report.add_read(kind)
     else:
