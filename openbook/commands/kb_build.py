@@ -35,15 +35,14 @@ def _column_list(text: str) -> list[str]:
 def source_report(args: argparse.Namespace, sources, max_words: int, errors):
     """The report a read of ``sources`` fills in; with ``--strict``, after a first read that raises
     InputError if any file would not be read (call it before the encoder loads)."""
-    from openbook.corpus import SourceReport, iter_source_passages
+    from openbook.corpus import RecordErrors, SourceReport, iter_source_passages
     from openbook.errors import InputError
 
     report = SourceReport(report=None if args.json else lambda message: warnings.warn(message, stacklevel=2))
     if args.strict:
         check = SourceReport()
-        for _ in iter_source_passages(sources, max_words, errors, check, args.text_columns):
-            pass
-        errors.reset()
+        for _ in iter_source_passages(sources, max_words, RecordErrors(errors.on_error), check, args.text_columns):
+            pass  # malformed records follow --on-error, in this pass as in the build's (warned about once, there)
         if check.skipped:
             more = f" (and {len(check.skipped) - 1} more file(s) not read)" if len(check.skipped) > 1 else ""
             raise InputError(f"{check.skipped[0]}{more}; without --strict such files are named and skipped")

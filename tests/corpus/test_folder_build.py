@@ -156,3 +156,16 @@ def test_a_folder_with_nothing_readable_is_one_line(capsys, tmp_path, loaded):
     code, _, err = run(capsys, "kb", "build", folder, "--out", tmp_path / "kb", "--quiet")
     assert code == 2 and loaded == [] and len(err.strip().splitlines()) == 1
     assert f"{folder}: no file openbook reads in this folder (1 not read: {folder / 'photo.png'}: unsupported type" in err
+
+
+def test_kb_add_of_a_folder_reports_the_same(capsys, tmp_path, folder, loaded):
+    first = tmp_path / "first.jsonl"
+    first.write_text(json.dumps({"id": "sun", "title": "Sun", "text": "the sun is a star"}) + "\n", encoding="utf-8")
+    kb = tmp_path / "kb"
+    assert run(capsys, "kb", "build", first, "--out", kb, "--quiet")[0] == 0
+    (folder / "photo.png").write_bytes(b"\x89PNG\r\n\x1a\n")
+    code, stdout, err = run(capsys, "kb", "add", kb, folder, "--quiet", "--json")
+    assert code == 0, err
+    record = json.loads(stdout)
+    assert record["version"] == 2 and record["files_read"] == {kind: 1 for kind in GOOD.values()}
+    assert [(Path(s["path"]).name, s["reason"]) for s in record["files_not_read"]] == [("photo.png", "unsupported type")]
