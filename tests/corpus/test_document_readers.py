@@ -181,3 +181,10 @@ def test_malformed_csv_rows_go_to_record_errors(tmp_path):
     passages = [i.passage for i in iter_source_passages([table], errors=errors)]
     assert [p.text for p in passages] == ["name: ann role: engineer"]
     assert errors.examples == [f"{table}:3: expected 2 fields (name, role), got 1"]
+
+
+def test_an_html_fragment_keeps_its_text(tmp_path):
+    fragment = tmp_path / "fragment.htm"
+    fragment.write_text("<p>Office hours are nine to five</p><style>p { color: red }</style>", encoding="utf-8")
+    (passage,), report = read(fragment)
+    assert (passage.title, passage.text) == ("fragment", "Office hours are nine to five") and report.read == {"html": 1}

@@ -2,7 +2,8 @@
 
 Navigation, scripts, styles, headers, footers and comments are dropped; headings stay as lines of their
 own and tables as text. The title is the page's own (its ``<title>`` or main heading), else the file
-name. Files above ``MAX_BYTES["html"]`` are refused before parsing.
+name. A page too small for trafilatura's main-content heuristics (a fragment) keeps all its text, scripts
+and styles still dropped. Files above ``MAX_BYTES["html"]`` are refused before parsing.
 """
 
 from pathlib import Path
@@ -21,6 +22,8 @@ def read_html(path: Path) -> Document:
     if b"\x00" in data[:4096] and not data.startswith((b"\xff\xfe", b"\xfe\xff")):
         raise FileProblem("binary", "binary data, not HTML (it has NUL bytes)")
     text = trafilatura.extract(data, include_comments=False, include_tables=True, favor_recall=True)
+    if not text or not text.strip():  # too little for its main-content heuristics (a fragment): all the text
+        text = trafilatura.html2txt(data, clean=True)
     if not text or not text.strip():
         raise FileProblem("empty", "no text found in the page's main content")
     metadata = trafilatura.extract_metadata(data)
