@@ -65,6 +65,7 @@ def make_docx(path: Path, title: str | None = "Leave policy") -> Path:
     for row, cells in zip(table.rows, [("Kind", "Days"), ("Sick leave", "ten")]):
         for cell, text in zip(row.cells, cells):
             cell.text = text
+    document.add_paragraph("Ask your manager first.")
     document.save(path)
     return path
 

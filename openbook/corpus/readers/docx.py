@@ -35,10 +35,12 @@ def read_docx(path: Path) -> Document:
         raise FileProblem("too large", f"too large once decompressed ({declared} bytes declared; the limit is {limit})")
     try:
         doc = docx.Document(io.BytesIO(data))
-        lines = [p.text.strip() for p in doc.paragraphs]
-        for table in doc.tables:
-            for row in table.rows:
-                lines.append(" | ".join(cell.text.strip() for cell in row.cells if cell.text.strip()))
+        lines = []
+        for block in doc.iter_inner_content():  # paragraphs and tables in document order
+            if hasattr(block, "rows"):
+                lines.extend(" | ".join(c.text.strip() for c in row.cells if c.text.strip()) for row in block.rows)
+            else:
+                lines.append(block.text.strip())
         title = doc.core_properties.title
     except Exception as exc:  # python-docx raises KeyError, ValueError, lxml errors ... on broken files
         raise FileProblem("corrupt", f"corrupt DOCX ({type(exc).__name__}: {exc})") from None
