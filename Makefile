@@ -49,7 +49,7 @@ demo: install
 # `make demo` uses: whenever torchao is installed, transformers imports it in every process, which makes each
 # `openbook ask` start slower (`.venv/bin/python -X importtime -c "import openbook.models.loading"` shows by how much).
 $(TEST_STAMP): $(STAMP)
-	$(PIP) install -e '.[dev,scale,compile]'
+	$(PIP) install -e '.[dev,scale,compile,docs]'
 	@touch $@
 
 # Lint first (ruff, configured in pyproject.toml; fast), then the whole suite, the tests marked slow included
