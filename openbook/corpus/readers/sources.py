@@ -1,5 +1,7 @@
 """Whole corpora: the format of each source, and the passages of any mix of sources in order."""
 
+import dataclasses
+import hashlib
 import os
 from collections.abc import Iterable, Iterator
 from pathlib import Path
@@ -66,4 +68,53 @@ def iter_source_passages(
         "tsv": _tsv_source, "parquet": _parquet_source,
     }
     for path in check_sources(sources):
-        yield from readers[source_kind(path)](path, max_words, errors)
+        kind = source_kind(path)
+        yield from _with_documents(path, kind == "folder", readers[kind](path, max_words, errors))
+
+
+def file_sha256(path: str | os.PathLike) -> str:
+    """Hex sha256 of a file's bytes (a document's content hash)."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _read_file(folder: Path, where: str) -> Path | None:
+    """The file of ``folder`` that ``where`` (``path:line``, ``path:row``, ...) names, or None."""
+    candidate = where
+    while True:
+        path = Path(candidate)
+        if path.is_file():
+            try:
+                path.relative_to(folder)
+            except ValueError:
+                return None
+            return path
+        if ":" not in candidate:
+            return None
+        candidate = candidate.rsplit(":", 1)[0]
+
+
+def _with_documents(source: Path, is_folder: bool, items: Iterator[SourcePassage]) -> Iterator[SourcePassage]:
+    """Fill in each passage's document: in a folder, the file's path relative to the folder (``a/b.md``,
+    the same however the folder is named: relative, absolute, through a symlink); for a file source, an
+    explicit ``document`` field of the record or else the file's name. The content hash is the file's sha256."""
+    hashes: dict[Path, str] = {}
+
+    def sha(path: Path) -> str:
+        if path not in hashes:
+            hashes[path] = file_sha256(path)
+        return hashes[path]
+
+    for item in items:
+        if item.document is not None and item.document_sha256 is not None:
+            yield item
+            continue
+        file = _read_file(source, item.where) if is_folder else source
+        if file is None:  # not traceable to a file: leave it without a document
+            yield item
+            continue
+        document = item.document or (file.relative_to(source).as_posix() if is_folder else source.name)
+        yield dataclasses.replace(item, document=document, document_sha256=sha(file))

@@ -60,6 +60,7 @@ class _Appender:
         self.after_batch, self.bar = after_batch, bar
         self.input_start = rows if input_start is None else input_start
         self.pending: list[Passage] = []
+        self.pending_documents: list[tuple[str | None, str | None]] = []
         self.pending_ids: dict[str, str] = {}  # id -> where it was read, for the current batch
 
     def feed(self, items: Iterable[SourcePassage]) -> None:
@@ -70,6 +71,7 @@ class _Appender:
                 self.errors(item.where, problem)
                 continue
             self.pending.append(item.passage)
+            self.pending_documents.append((item.document, item.document_sha256))
             self.pending_ids[pid] = item.where
             if len(self.pending) == self.batch_size:
                 self.flush()
@@ -97,9 +99,9 @@ class _Appender:
             self.writer = self.make_writer(vectors.shape[1])
         self.writer.append(vectors)
         with self.store.transaction():
-            self.store.insert(self.rows, batch, self.version)
+            self.store.insert(self.rows, batch, self.version, self.pending_documents)
         self.rows += len(batch)
-        self.pending, self.pending_ids = [], {}
+        self.pending, self.pending_ids, self.pending_documents = [], {}, []
         self.after_batch(self.rows)
         if self.bar is not None:
             self.bar.update(len(batch))
