@@ -17,6 +17,7 @@ from openbook.corpus.readers import RecordErrors
 from openbook.errors import InputError, KnowledgeBaseError
 from openbook.index.dense import DenseIndex, check_k, index_class
 from openbook.index.kb.build import build_and_publish
+from openbook.index.kb.documents import delete_document, sync_documents
 from openbook.index.kb.edit import add_passages, delete_passages, update_passages, use_version
 from openbook.index.kb.folder import check_out_dir
 from openbook.index.kb.indexing import _check_index_params, _load_embeddings, _load_index, _search_excluding
@@ -190,6 +191,24 @@ class KnowledgeBase:
         version = delete_passages(self._path, passage_ids, description)
         self.reload()
         return version
+
+    def delete_document(self, document: str, description: str | None = None) -> int:
+        """Delete every passage of ``document`` as a new version; return its number."""
+        version = delete_document(self._path, document, description)
+        self.reload()
+        return version
+
+    def sync(self, passages, encode_passages: EncodePassages, **options) -> dict[str, Any]:
+        """Make the knowledge base's documents those of ``passages`` as one new version (see
+        :func:`~openbook.index.kb.documents.sync_documents`, which takes the same ``options``)."""
+        report = sync_documents(self._path, passages, encode_passages, **options)
+        self.reload()
+        return report
+
+    def documents(self) -> list[dict[str, Any]]:
+        """The documents visible at this version: ``{"document", "sha256", "passages": [ids]}`` in order of
+        their first passage (passages of no document last, under ``"document": None``)."""
+        return self._store.documents(self._version, self._visible_rows)
 
     def use_version(self, version: int) -> None:
         """Make ``version`` current (on disk, for every later load) and show it."""
