@@ -58,12 +58,14 @@ def delete_document(path, document: str, description: str | None = None) -> int:
 
 def sync_documents(path, passages: Iterable, encode_passages: EncodePassages, batch_size: int = 256,
                    progress: bool = False, on_error: str | RecordErrors = "stop", description: str | None = None,
-                   source_label: str | None = None) -> dict[str, Any]:
+                   source_label: str | None = None, root=None) -> dict[str, Any]:
     """Make the documents of the knowledge base at ``path`` those of ``passages`` (SourcePassages with
     their document, e.g. :func:`~openbook.corpus.iter_source_passages` of a folder), as one new version.
 
-    Returns ``{"version", "added", "replaced", "deleted", "unchanged", "passages_added",
+    Returns ``{"version", "added", "replaced", "deleted", "unchanged", "kept", "passages_added",
     "passages_deleted"}`` (document ids; ``version`` is None if nothing changed, and then no version is made).
+    With ``root`` (the folder read), a document that gave no passages but whose file is still there (its
+    records were skipped as malformed, say) is kept as it was, under ``"kept"``, rather than deleted.
     """
     path = Path(path)
     errors = on_error if isinstance(on_error, RecordErrors) else RecordErrors(on_error)
@@ -71,13 +73,13 @@ def sync_documents(path, passages: Iterable, encode_passages: EncodePassages, ba
     report: dict[str, Any] = {}
     try:
         with _edit(path, "sync") as (manifest, store, version):
-            plan = _SyncPlan(store, version, manifest["num_rows"])
+            plan = _SyncPlan(store, version, manifest["num_rows"], None if root is None else Path(root))
             writer = _embeddings_writer_for(path, manifest)
             with tqdm(unit="passage", desc="encoding passages", disable=not progress, file=sys.stderr) as bar:
                 appender = _Appender(store, encode_passages, errors, version, batch_size, manifest["num_rows"],
                                      writer, lambda dim: writer, bar=bar)
                 appender.feed(plan.filter(_source_items(passages)))
-            if plan.live and not any(action != "deleted" for action in plan.seen.values()):
+            if plan.live and not plan.seen:
                 raise InputError(f"{source_label or 'the input'} has no documents: a sync would delete all of "
                                  f"knowledge base {path}; nothing was changed (delete documents with "
                                  f"`openbook kb delete {path} --document ID`)")
@@ -108,8 +110,8 @@ class _SyncPlan:
     live documents: keep (same content hash), replace (its old rows are deleted before its new passages
     are added, so they may reuse their ids), add, or (at the end) delete."""
 
-    def __init__(self, store: PassageStore, version: int, num_rows: int):
-        self.store, self.version, self.num_rows = store, version, num_rows
+    def __init__(self, store: PassageStore, version: int, num_rows: int, root: Path | None):
+        self.store, self.version, self.num_rows, self.root = store, version, num_rows, root
         self.live = store.live_documents()
         self.seen: dict[str, str] = {}  # document -> what happened to it
         self.deleted_rows = 0
@@ -155,13 +157,17 @@ class _SyncPlan:
 
     def delete_missing(self) -> int:
         for document, (_, rows) in self.live.items():
-            if document not in self.seen:
+            if document in self.seen:
+                continue
+            if self.root is not None and (self.root / document).is_file():
+                self.seen[document] = "kept"
+            else:
                 self.seen[document] = "deleted"
                 self.delete(rows)
         return self.deleted_rows
 
     def report(self) -> dict[str, Any]:
-        by_action: dict[str, list[str]] = {"added": [], "replaced": [], "deleted": [], "unchanged": []}
+        by_action: dict[str, list[str]] = {"added": [], "replaced": [], "deleted": [], "unchanged": [], "kept": []}
         for document, action in self.seen.items():
             by_action[action].append(document)
         return {key: sorted(value) for key, value in by_action.items()}
