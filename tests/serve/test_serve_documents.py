@@ -9,7 +9,7 @@ from serve_helpers import ADMIN, PASSAGES, client, config, create_app, run, tiny
 
 def test_admin_lists_and_deletes_documents(tmp_path):
     rag, encoder = tiny_rag(tmp_path)
-    folder = tmp_path / "docs"
+    folder = tmp_path / "handbook"
     folder.mkdir()
     (folder / "ocean.md").write_text("# Ocean\n\nthe largest ocean is the pacific", encoding="utf-8")
     (folder / "peru.txt").write_text("the president of peru", encoding="utf-8")
@@ -23,7 +23,7 @@ def test_admin_lists_and_deletes_documents(tmp_path):
             listed = r.json()
             assert listed["kb"] == {"name": "main", "version": 2}
             assert [(d["document"], d["passages"]) for d in listed["documents"]] == [
-                ("ocean.md", ["docs/ocean.md"]), ("peru.txt", ["docs/peru.txt"]),
+                ("ocean.md", ["handbook/ocean.md"]), ("peru.txt", ["handbook/peru.txt"]),
                 (None, [p.id for p in PASSAGES])]
             r = await http.request("DELETE", "/v1/kb/documents", headers=ADMIN, json={"document": "ocean.md"})
             assert r.json() == {"kb": {"name": "main", "version": 3}, "changed": 1}, r.text
