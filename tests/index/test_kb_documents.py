@@ -177,3 +177,16 @@ def test_a_knowledge_base_without_documents_still_loads_and_a_sync_adopts_its_pa
     assert report["added"] == ["guide/long.txt", "guide/moon.txt", "intro.md"] and len(old) == 5
     assert [d["document"] for d in old.documents()] == ["guide/long.txt", "guide/moon.txt", "intro.md"]
     old.close()
+
+
+def test_shards_keep_their_passages_documents(folder, tmp_path):
+    from openbook.index.sharded import shard_knowledge_base
+
+    build(folder, tmp_path / "kb").close()
+    out = shard_knowledge_base(tmp_path / "kb", 2, tmp_path / "sharded", progress=False)
+    found = {}
+    for shard in sorted(out.glob("shard-*")):
+        for entry in list_documents(shard):
+            found.setdefault(entry["document"], []).extend(entry["passages"])
+    assert {doc: sorted(ids) for doc, ids in found.items()} == {
+        doc["document"]: sorted(doc["passages"]) for doc in list_documents(tmp_path / "kb")}
