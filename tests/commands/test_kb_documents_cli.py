@@ -89,3 +89,10 @@ def test_kb_delete_document(kb, capsys):
                           (("x", "--document", "intro.md"), "not both")]:
         code, out, err = run(capsys, "kb", "delete", path, *argv)
         assert code == 2 and message in err and "Traceback" not in err, (argv, err)
+
+
+def test_re_adding_a_changed_file_points_to_kb_sync(kb, capsys):
+    path, folder = kb
+    (folder / "intro.md").write_text("# Intro\n\nthe ocean is cold", encoding="utf-8")
+    code, _, err = run(capsys, "kb", "add", path, folder, "--quiet")
+    assert code == 2 and "duplicate passage id" in err and "openbook kb sync KB DIR" in err, err

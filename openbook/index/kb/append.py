@@ -87,7 +87,8 @@ class _Appender:
         if row >= self.input_start:
             return f"duplicate passage id {pid!r}: an earlier passage of the input has this id (passage ids must be unique)"
         return (f"duplicate passage id {pid!r}: the knowledge base already has a passage with this id "
-                f"(use `openbook kb update` to change it)")
+                f"(use `openbook kb update` to change it, or `openbook kb sync KB DIR` to bring in a folder's "
+                f"changed files)")
 
     def flush(self) -> None:
         if not self.pending:
