@@ -190,3 +190,11 @@ def test_shards_keep_their_passages_documents(folder, tmp_path):
             found.setdefault(entry["document"], []).extend(entry["passages"])
     assert {doc: sorted(ids) for doc, ids in found.items()} == {
         doc["document"]: sorted(doc["passages"]) for doc in list_documents(tmp_path / "kb")}
+
+
+def test_an_updated_passage_stays_in_its_document(folder, tmp_path):
+    kb = build(folder, tmp_path / "kb")
+    kb.update([{"id": "notes/guide/moon.txt", "text": "the moon is bright"}], encode)
+    assert [(d["document"], d["passages"]) for d in kb.documents() if d["document"] == "guide/moon.txt"] == [
+        ("guide/moon.txt", ["notes/guide/moon.txt"])]
+    kb.close()
