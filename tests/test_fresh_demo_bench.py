@@ -56,3 +56,12 @@ def test_a_failing_demo_stops_with_one_line(bench, repo):
     git(repo, "commit", "-qam", "broken")
     with pytest.raises(SystemExit, match="make demo at HEAD exited 2"):
         bench.main(["--repo", str(repo), "--runs", "1"])
+
+
+def test_each_run_starts_with_an_empty_openbook_cache(bench, repo, tmp_path, monkeypatch):
+    monkeypatch.setenv("OPENBOOK_CACHE", str(tmp_path / "shared-cache"))
+    (repo / "Makefile").write_text("demo:\n\t@ls -A $$OPENBOOK_CACHE 2>/dev/null | wc -l; mkdir -p $$OPENBOOK_CACHE/x\n")
+    git(repo, "commit", "-qam", "cache")
+    log = tmp_path / "make.log"
+    bench.main(["--repo", str(repo), "--runs", "2", "--log", str(log)])
+    assert log.read_text().split() == ["0", "0"]  # the second run did not see the first one's cache

@@ -73,7 +73,8 @@ def load_encoder(name_or_path: str = "default", **kwargs) -> Encoder:
         kwargs.setdefault("name", ENCODER_ALIASES[1])
         with quiet_loading():
             return Encoder.from_pretrained(str(packaged_minilm_path()), **kwargs)
-    kwargs.setdefault("name", str(name_or_path))
+    local = Path(name_or_path)  # a local folder is recorded resolved: the same encoder from any directory
+    kwargs.setdefault("name", str(local.resolve()) if local.exists() else str(name_or_path))
     return _load_offline(name_or_path, lambda source, **hf: Encoder.from_pretrained(source, **kwargs, **hf))
 
 
