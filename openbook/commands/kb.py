@@ -19,7 +19,7 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-from openbook.commands import kb_build, kb_shard, options, positive_int
+from openbook.commands import kb_build, kb_documents, kb_shard, options, positive_int
 from openbook.commands.kb_encode import RAY_BATCH, build_encode_passages, check_build_compile, encode_fn
 
 
@@ -40,7 +40,8 @@ def register(subparsers) -> None:
     """Add the ``kb`` command group to the top-level ``subparsers``."""
     group = subparsers.add_parser(
         "kb",
-        help="build, inspect and edit knowledge bases (kb build | info | add | update | delete | versions | use | shard)",
+        help="build, inspect and edit knowledge bases (kb build | info | add | update | delete | versions | use | shard "
+             "| sync | list)",
         description="Knowledge-base commands. Run `openbook kb ACTION --help` for one of them.",
     )
     actions = group.add_subparsers(dest="kb_action", metavar="ACTION", required=True)
@@ -48,10 +49,11 @@ def register(subparsers) -> None:
     _register_info(actions)
     _register_add(actions)
     _register_update(actions)
-    _register_delete(actions)
+    delete = _register_delete(actions)
     _register_versions(actions)
     _register_use(actions)
     kb_shard.register(actions)
+    kb_documents.register(actions, delete, _kb_encoder, _record_errors)
 
 
 def _register_build(actions) -> None:
@@ -170,12 +172,13 @@ def _register_update(actions) -> None:
     update.set_defaults(handler=_cmd_update, subparser=update)
 
 
-def _register_delete(actions) -> None:
-    delete = actions.add_parser("delete", help="delete passages by id (a new version; earlier ones keep them)")
+def _register_delete(actions):
+    delete = actions.add_parser("delete", help="delete passages by id or a whole --document (a new version; earlier ones keep them)")
     delete.add_argument("dir", metavar="DIR")
-    delete.add_argument("ids", nargs="+", metavar="ID")
+    delete.add_argument("ids", nargs="*", metavar="ID")
     delete.add_argument("--description", default=None, help="describe this version (default: what changed)")
     delete.set_defaults(handler=_cmd_delete)
+    return delete
 
 
 def _register_versions(actions) -> None:
@@ -411,6 +414,8 @@ def _cmd_update(args: argparse.Namespace) -> int:
 def _cmd_delete(args: argparse.Namespace) -> int:
     from openbook.index.sharded import edits_for
 
+    if (done := kb_documents.delete_document(args)) is not None:
+        return done
     path = Path(args.dir)
     version = edits_for(path).delete(path, args.ids, description=args.description)
     return _edited(path, version)

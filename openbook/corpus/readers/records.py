@@ -124,10 +124,14 @@ class RecordErrors:
 
 @dataclass(frozen=True)
 class SourcePassage:
-    """A passage and where it was read (``path:line``), for error messages about it."""
+    """A passage and where it was read (``path:line``), for error messages about it; ``document`` is the id
+    of the document it belongs to and ``document_sha256`` that document's content hash (None if unknown:
+    :func:`~openbook.corpus.readers.iter_source_passages` fills both in)."""
 
     where: str
     passage: Passage
+    document: str | None = None
+    document_sha256: str | None = None
 
 
 def _record_passages(
@@ -141,8 +145,10 @@ def _record_passages(
     except InputError as exc:
         errors(where, str(exc))
         return
+    document = record.get("document")  # an explicit document id (JSON Lines), else the file's
+    document = document if isinstance(document, str) and document else None
     for passage in passages:
-        yield SourcePassage(where, passage)
+        yield SourcePassage(where, passage, document)
 
 
 def _file_error(exc: InputError, errors: RecordErrors) -> None:

@@ -7,7 +7,9 @@ CSV without a header) is named with its reason in a :class:`SourceReport` and th
 malformed record inside a file goes to the :class:`RecordErrors` as before.
 """
 
+import dataclasses
 import errno
+import hashlib
 import os
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
@@ -119,9 +121,33 @@ def iter_source_passages(
         if path.is_dir():
             name = path.resolve().name or "corpus"
             for file, relative in _folder_files(path, report):
-                yield from _file_passages(file, f"{name}/{relative}", max_words, errors, report, text_columns)
+                yield from _with_document(file, relative, _file_passages(
+                    file, f"{name}/{relative}", max_words, errors, report, text_columns))
         else:
-            yield from _file_passages(path, path.name, max_words, errors, report, text_columns, in_folder=False)
+            yield from _with_document(path, path.name, _file_passages(
+                path, path.name, max_words, errors, report, text_columns, in_folder=False))
+
+
+def file_sha256(path: str | os.PathLike) -> str:
+    """Hex sha256 of a file's bytes (a document's content hash)."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _with_document(file: Path, document: str, items: Iterator[SourcePassage]) -> Iterator[SourcePassage]:
+    """Fill in each passage's document: in a folder, the file's path relative to the folder (``a/b.md``, the
+    same however the folder is named: relative, absolute, through a symlink); for a file source, an explicit
+    ``document`` field of the record or else the file's name. The content hash is the file's sha256."""
+    digest = None
+    for item in items:
+        if item.document is not None and item.document_sha256 is not None:
+            yield item
+            continue
+        digest = digest or file_sha256(file)
+        yield dataclasses.replace(item, document=item.document or document, document_sha256=digest)
 
 
 def _file_passages(path: Path, base_id: str, max_words: int, errors: RecordErrors, report: SourceReport,
