@@ -13,7 +13,7 @@ import warnings
 from collections.abc import Iterator
 from typing import Any, TextIO
 
-from openbook.commands import options
+from openbook.commands import finite_float, options
 from openbook.errors import InputError, OpenbookError, one_line
 
 SNIPPET_CHARS = 160
@@ -53,7 +53,7 @@ def register(subparsers) -> None:
                         "max-new-tokens", "dtype", "device", "batch-size", defaults=ASK_DEFAULTS)
     ask.add_argument("--min-new-tokens", type=int, metavar="N", default=0,
                      help="shortest answer, in generator tokens (default: %(default)s)")
-    ask.add_argument("--length-penalty", type=float, metavar="X", default=1.0,
+    ask.add_argument("--length-penalty", type=finite_float, metavar="X", default=1.0,
                      help="beam score = log p / length**X, as in transformers (default: %(default)s)")
     ask.add_argument("--json", action="store_true",
                      help="print one JSON object (with --file: JSON Lines, one object per question, in input order)")

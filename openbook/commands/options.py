@@ -99,8 +99,8 @@ def _max_new_tokens(p, default: int | None = None) -> None:
 def _dtype(p, default: str = DEFAULT_DTYPE) -> None:
     p.add_argument("--dtype", choices=DTYPES, default=default,
                    help="the generator's number type: float32; bfloat16 (fast where the CPU computes it natively, "
-                   "AVX-512 BF16 or AMX); or int8 (dynamic quantisation of its linear layers, x86 CPUs: 1.35x faster "
-                   "than float32 but lossy, 27%% instead of 46%% exact match on held-out NQ with default v3); "
+                   "AVX-512 BF16 or AMX); or int8 (dynamic quantisation of its linear layers, x86 CPUs: faster "
+                   "than float32 but lossy, far below it in exact match: docs/models/default.md); "
                    "retrieval and log-probabilities stay float32 (bench/ask_latency.py); auto is bfloat16 on such a "
                    "CPU, else float32 (default: %(default)s)")
 

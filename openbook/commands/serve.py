@@ -6,7 +6,7 @@ or Ctrl-C stops accepting connections, lets the requests in flight finish (at mo
 With ``--ray [ADDRESS]`` the same app runs as a Ray Serve deployment of ``--replicas`` model replicas
 (:mod:`openbook.serve.ray_serve`); SIGTERM or Ctrl-C then shuts Ray Serve down.
 
-The model loads and computes in the process's main thread, where PyTorch ran 1.26x faster than in another thread
+The model loads and computes in the process's main thread, where PyTorch ran faster than in another thread
 (:mod:`openbook.serve.worker`); uvicorn serves HTTP from a second thread, and the main thread's signal handlers tell it
 to shut down.
 """

@@ -1,5 +1,5 @@
 """The HTTP API's requests and responses as pydantic models, so that ``/openapi.json`` and ``/docs``
-describe exactly what the server takes and gives (the contract: docs/serve API, ``openbook serve --help``).
+describe exactly what the server takes and gives (the contract: docs/guide/serving.md, ``openbook serve --help``).
 
 The caps here (:data:`MAX_BEAMS`, :data:`MAX_NEW_TOKENS`, :data:`MAX_QUESTIONS`, :data:`MAX_ROWS`,
 :data:`MAX_EDIT`; k's is :data:`openbook.errors.MAX_K`, checked by :func:`openbook.errors.check_k` as everywhere)
