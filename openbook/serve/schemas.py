@@ -10,9 +10,11 @@ grows with them (``bench/ask_memory.py``: the default model's peak at 256).
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationInfo, field_validator
+
+from openbook.errors import check_text
 
 MAX_K = 20  # passages per question (the paper's test-time sweep peaks well below this)
 MAX_BEAMS = 8
@@ -36,6 +38,15 @@ class Strict(BaseModel):
 Questions = str | list[str]
 
 
+def _valid_text(value: Any, info: ValidationInfo) -> Any:
+    """Text a tokenizer can take (:func:`openbook.errors.check_text`): refused where it enters, so that one bad
+    request fails alone (422 naming the field) instead of the model batch it would have joined."""
+    return check_text(value, info.field_name or "the text") if isinstance(value, str) else value
+
+
+Text = Annotated[str, BeforeValidator(_valid_text)]
+
+
 def check_sequences(questions: int, k: int, beams: int) -> None:
     """Refuse (``ValueError``) a request that would decode more than :data:`MAX_ROWS` sequences at once."""
     if questions * k * beams > MAX_ROWS:
@@ -50,8 +61,9 @@ def _check_questions(value: Questions) -> Questions:
     if len(items) > MAX_QUESTIONS:
         raise ValueError(f"at most {MAX_QUESTIONS} questions per request, got {len(items)}")
     for i, q in enumerate(items):
+        where = "the question" if isinstance(value, str) else f"question {i + 1}"
+        check_text(q, where)
         if not q.strip():
-            where = "the question" if isinstance(value, str) else f"question {i + 1}"
             raise ValueError(f"{where} is empty")
     return value
 
@@ -147,15 +159,15 @@ class KBInfo(BaseModel):
 
 
 class NewPassage(Strict):
-    id: str | None = Field(None, min_length=1, max_length=200)
-    title: str = Field("", max_length=MAX_TEXT)
-    text: str = Field(min_length=1, max_length=MAX_TEXT)
+    id: Text | None = Field(None, min_length=1, max_length=200)
+    title: Text = Field("", max_length=MAX_TEXT)
+    text: Text = Field(min_length=1, max_length=MAX_TEXT)
 
 
 class ChangedPassage(Strict):
-    id: str = Field(min_length=1, max_length=200)
-    title: str | None = Field(None, max_length=MAX_TEXT)
-    text: str = Field(min_length=1, max_length=MAX_TEXT)
+    id: Text = Field(min_length=1, max_length=200)
+    title: Text | None = Field(None, max_length=MAX_TEXT)
+    text: Text = Field(min_length=1, max_length=MAX_TEXT)
 
 
 class AddRequest(Strict):
@@ -167,7 +179,7 @@ class UpdateRequest(Strict):
 
 
 class DeleteRequest(Strict):
-    ids: list[str] = Field(min_length=1, max_length=MAX_EDIT)
+    ids: list[Text] = Field(min_length=1, max_length=MAX_EDIT)
 
 
 class EditResponse(BaseModel):
@@ -176,7 +188,7 @@ class EditResponse(BaseModel):
 
 
 class SwapRequest(Strict):
-    name: str = Field(min_length=1, max_length=255, description="a knowledge-base folder under --kb-root")
+    name: Text = Field(min_length=1, max_length=255, description="a knowledge-base folder under --kb-root")
     version: int | None = Field(None, ge=1, description="a version of it (null: its current version)")
 
 
