@@ -19,21 +19,28 @@ import sys
 import warnings
 from pathlib import Path
 
-from openbook.commands import options, positive_int
+from openbook.commands import finite_float, nonnegative_float, options, positive_int
 from openbook.errors import InputError
 from openbook.serve.config import ServeConfig
 
 SERVE_DEFAULTS = {"dtype": "auto"}
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
+TOKEN_ENV = "OPENBOOK_ADMIN_TOKEN"
 
 
 def _positive_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
-    if not value > 0 or value == float("inf"):
-        raise argparse.ArgumentTypeError(f"must be a positive number, got {text}")
+    """argparse type: a finite number above 0 (``nan`` and ``inf`` refused by :func:`finite_float`)."""
+    value = finite_float(text)
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be above 0, got {text!r}")
+    return value
+
+
+def _port(text: str) -> int:
+    """argparse type: a TCP port, 1 to 65535."""
+    value = positive_int(text)
+    if value > 65535:
+        raise argparse.ArgumentTypeError(f"must be between 1 and 65535, got {value}")
     return value
 
 
@@ -58,7 +65,7 @@ def register(subparsers) -> None:
         ),
     )
     serve.add_argument("--host", default="127.0.0.1", help="address to listen on (default: %(default)s, this machine only)")
-    serve.add_argument("--port", type=int, default=8000, help="TCP port (default: %(default)s)")
+    serve.add_argument("--port", type=_port, default=8000, help="TCP port (default: %(default)s)")
     options.add_options(serve, "model", "run", "kb", "generator", "untrained", "encoder", "k", "dtype", "device",
                         defaults=SERVE_DEFAULTS)
     serve.add_argument("--kb-root", metavar="DIR", default=None,
@@ -68,7 +75,7 @@ def register(subparsers) -> None:
                        "server is read-only)")
     serve.add_argument("--max-batch-size", type=positive_int, default=ServeConfig.max_batch_size, metavar="N",
                        help="most questions answered in one model batch (default: %(default)s; 1 turns batching off)")
-    serve.add_argument("--max-wait-ms", type=float, default=ServeConfig.max_wait_ms, metavar="MS",
+    serve.add_argument("--max-wait-ms", type=nonnegative_float, default=ServeConfig.max_wait_ms, metavar="MS",
                        help="how long the first request of a batch waits for others (default: %(default)s)")
     serve.add_argument("--max-queue", type=positive_int, default=ServeConfig.max_queue, metavar="N",
                        help="requests waiting beyond this get 503 with Retry-After (default: %(default)s)")
@@ -84,25 +91,19 @@ def register(subparsers) -> None:
                        help="serve the same app as a Ray Serve deployment of --replicas model replicas, on the Ray "
                        "cluster at ADDRESS (e.g. auto or ray://head:10001), or without ADDRESS on a local Ray started "
                        "here; a sharded --kb is served by one Ray actor per shard that all replicas share")
-    serve.add_argument("--replicas", type=int, default=None, metavar="N",
+    serve.add_argument("--replicas", type=positive_int, default=None, metavar="N",
                        help="model replicas with --ray, each loading the model once and reserving 1 CPU (default: 1; "
                        "with more than 1, admin edits and swaps answer 409: each would reach only one replica)")
     serve.set_defaults(handler=_cmd_serve, subparser=serve)
 
 
 def _cmd_serve(args: argparse.Namespace) -> int:
-    if not 0 < args.port < 65536:
-        raise InputError(f"--port must be between 1 and 65535, got {args.port}")
-    if args.max_wait_ms < 0:
-        raise InputError(f"--max-wait-ms must not be negative, got {args.max_wait_ms}")
     if args.kb_root is not None and not Path(args.kb_root).is_dir():
         raise InputError(f"--kb-root {args.kb_root} is not a folder")
     if args.kb is not None and not Path(args.kb).is_dir():
         raise InputError(f"knowledge base not found: {args.kb}")
     if args.replicas is not None and args.ray is None:
         raise InputError("--replicas needs --ray (without it one process serves the model)")
-    if args.replicas is not None and args.replicas < 1:
-        raise InputError(f"--replicas must be at least 1, got {args.replicas}")
     token = args.admin_token or os.environ.get("OPENBOOK_ADMIN_TOKEN") or None
     if args.host not in LOOPBACK:
         warnings.warn(f"listening on {args.host}: anyone who can reach this address can ask questions"

@@ -185,6 +185,8 @@ class DeleteRequest(Strict):
 class EditResponse(BaseModel):
     kb: KBRef
     changed: int
+    replayed: bool = Field(False, description="a retry of an edit already applied (same Idempotency-Key): "
+                           "answered with the version that edit wrote, nothing applied again")
 
 
 class SwapRequest(Strict):
