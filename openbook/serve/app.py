@@ -76,9 +76,13 @@ class Server:
     def drain(self, seconds: float) -> None:
         """A shutdown has begun (in the event loop): requests still waiting ``seconds`` from now are answered 503
         with Retry-After (an admin edit already committing is let finish and answered), and new ones at once."""
+        drained = self._drained()
+        asyncio.get_running_loop().call_later(seconds, lambda: drained.done() or drained.set_result(None))
+
+    def _drained(self) -> asyncio.Future:
         if self.drained is None:
             self.drained = asyncio.get_running_loop().create_future()
-        asyncio.get_running_loop().call_later(seconds, lambda: self.drained.done() or self.drained.set_result(None))
+        return self.drained
 
     @property
     def draining_over(self) -> bool:
@@ -120,9 +124,7 @@ class Server:
         timeout = self.config.timeout_s if timeout is None else timeout
         watch = asyncio.ensure_future(_disconnect(request)) if request is not None else None
         try:
-            waiting = {job.future} | ({watch} if watch is not None else set())
-            if self.drained is not None:
-                waiting.add(self.drained)
+            waiting = {job.future, self._drained()} | ({watch} if watch is not None else set())
             done, _ = await asyncio.wait(waiting, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
         except asyncio.CancelledError:
             job.drop()
@@ -137,7 +139,7 @@ class Server:
                 job.future.cancel()
                 if gone:
                     raise ClientGone()
-                if self.drained is not None and self.drained in done:
+                if self.drained in done:
                     raise ApiError(503, SHUTTING_DOWN, headers={"Retry-After": str(RETRY_AFTER_S)})
                 raise ApiError(504, f"no answer within the server's timeout ({timeout:g} s)")
             await asyncio.wait({job.future})
@@ -219,7 +221,7 @@ def create_app(config: ServeConfig | None = None, rag=None) -> FastAPI:
             if server.worker is not None:  # after the drain, a batch still computing is not waited for
                 await asyncio.to_thread(server.worker.stop, 0 if server.draining_over else None)
 
-    app = FastAPI(title="openbook", version=__version__, lifespan=lifespan,
+    app = FastAPI(title="openbook", version=__version__, lifespan=lifespan, docs_url=None, redoc_url=None,
                   description="Retrieval-Augmented Generation (Lewis et al., 2020) as a service: answers with "
                   "provenance, a swappable knowledge base, dynamic batching.")
     app.state.server = server

@@ -131,12 +131,15 @@ class _HeaderDeadline:
         super().connection_lost(exc)
 
 
-def http_protocol(header_timeout_s: float) -> type[asyncio.Protocol]:
-    """uvicorn's HTTP protocol class (httptools if installed, else h11) with a ``header_timeout_s`` deadline."""
-    try:
-        from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
-    except ImportError:
-        HttpToolsProtocol = None  # noqa: N806
+def http_protocol(header_timeout_s: float, implementation: str = "auto") -> type[asyncio.Protocol]:
+    """uvicorn's HTTP protocol class (``auto``: httptools if installed, else h11) with a ``header_timeout_s``
+    deadline."""
+    HttpToolsProtocol = None  # noqa: N806
+    if implementation != "h11":
+        try:
+            from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+        except ImportError:
+            pass
     if HttpToolsProtocol is not None:
         class Guarded(_HeaderDeadline, HttpToolsProtocol):
             def on_message_begin(self) -> None:

@@ -223,6 +223,31 @@ def install_routes(app: FastAPI, server, static: Path) -> None:
 
     if static.is_dir():
         app.mount("/static", StaticFiles(directory=static), name="static")
+    _install_docs(app)
+
+
+def _install_docs(app: FastAPI) -> None:
+    """``/docs`` (Swagger UI) and ``/redoc`` from files installed with the package (fastapi-offline's copies of
+    Swagger UI and ReDoc), never a CDN: the pages work offline."""
+    import fastapi_offline
+    from fastapi.openapi.docs import get_redoc_html, get_swagger_ui_html
+
+    assets = Path(fastapi_offline.__file__).resolve().parent / "static"
+    app.mount("/docs-assets", StaticFiles(directory=assets), name="docs-assets")
+    title = f"{app.title} API"
+
+    @app.get("/docs", include_in_schema=False)
+    async def docs():
+        return get_swagger_ui_html(openapi_url=app.openapi_url, title=title,
+                                   swagger_js_url="/docs-assets/swagger-ui-bundle.js",
+                                   swagger_css_url="/docs-assets/swagger-ui.css",
+                                   swagger_favicon_url="/docs-assets/favicon.png",
+                                   swagger_ui_parameters={"validatorUrl": None})  # no badge from validator.swagger.io
+
+    @app.get("/redoc", include_in_schema=False)
+    async def redoc():
+        return get_redoc_html(openapi_url=app.openapi_url, title=title, redoc_js_url="/docs-assets/redoc.standalone.js",
+                              redoc_favicon_url="/docs-assets/favicon.png", with_google_fonts=False)
 
 
 async def _events(server, job, tokens: asyncio.Queue, received: float):

@@ -173,6 +173,11 @@ class Worker:
             self._ended.wait(timeout)
 
     @property
+    def stopped(self) -> bool:
+        """The loop has ended (or never started)."""
+        return self._ended.is_set() or not self._started
+
+    @property
     def depth(self) -> int:
         return len(self._pending)
 
