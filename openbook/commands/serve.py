@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import _thread
 import argparse
+import gc
 import os
 import sys
 import warnings
@@ -215,6 +216,9 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+    # the exit's last garbage collection walks every object torch and transformers made (seconds, on a busy machine);
+    # the process is ending: its memory goes back to the system as a whole
+    gc.freeze()
     if failed:
         raise failed[0]
     if exits and exits[0]:
