@@ -150,13 +150,14 @@ def http_protocol(header_timeout_s: float, implementation: str = "auto") -> type
                 self._disarm()
                 super().on_headers_complete()
     else:
-        import h11
-        from uvicorn.protocols.http.h11_impl import H11Protocol
+        from uvicorn.protocols.http import h11_impl
 
-        class Guarded(_HeaderDeadline, H11Protocol):
+        idle = h11_impl.h11.IDLE  # h11 as uvicorn imports it
+
+        class Guarded(_HeaderDeadline, h11_impl.H11Protocol):
             def handle_events(self) -> None:
                 super().handle_events()
-                if self.conn.their_state is h11.IDLE:  # waiting for a request's headers
+                if self.conn.their_state is idle:  # waiting for a request's headers
                     if self.conn.trailing_data[0]:
                         self._arm()
                 else:
