@@ -2,7 +2,8 @@
 
 The model is built by :func:`openbook.commands.options.load_model` (as ``openbook ask`` builds it) in the
 background while the server already answers ``/healthz``; ``/readyz`` turns 200 when it is loaded. SIGTERM
-or Ctrl-C stops accepting connections, lets the requests in flight finish (at most ``--drain-s``) and exits.
+or Ctrl-C stops accepting connections, lets the requests in flight finish (at most ``--drain-s``: those still
+running then get 503 with Retry-After; an admin edit already committing is let finish) and exits.
 With ``--ray [ADDRESS]`` the same app runs as a Ray Serve deployment of ``--replicas`` model replicas
 (:mod:`openbook.serve.ray_serve`); SIGTERM or Ctrl-C then shuts Ray Serve down.
 

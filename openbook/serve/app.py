@@ -157,7 +157,7 @@ class Server:
             raise ApiError(409, self.config.read_only)
         token = self.config.admin_token
         if not token:
-            raise ApiError(403, "read-only server: start it with --admin-token (or OPENBOOK_ADMIN_TOKEN) to allow edits")
+            raise ApiError(403, "read-only server: start it with OPENBOOK_ADMIN_TOKEN or --admin-token-file to allow edits")
         scheme, _, given = (authorization or "").partition(" ")
         if scheme.lower() != "bearer" or not hmac.compare_digest(given.strip().encode(), token.encode()):
             raise ApiError(401, "a valid admin token is needed: Authorization: Bearer <token>",
