@@ -107,7 +107,7 @@ def register(subparsers) -> None:
                        help="serve the same app as a Ray Serve deployment of --replicas model replicas, on the Ray "
                        "cluster at ADDRESS (e.g. auto or ray://head:10001), or without ADDRESS on a local Ray started "
                        "here; a sharded --kb is served by one Ray actor per shard that all replicas share")
-    serve.add_argument("--replicas", type=positive_int, default=None, metavar="N",
+    serve.add_argument("--replicas", type=int, default=None, metavar="N",
                        help="model replicas with --ray, each loading the model once and reserving 1 CPU (default: 1; "
                        "with more than 1, admin edits and swaps answer 409: each would reach only one replica)")
     serve.set_defaults(handler=_cmd_serve, subparser=serve)
@@ -137,6 +137,8 @@ def _cmd_serve(args: argparse.Namespace) -> int:
         raise InputError(f"knowledge base not found: {args.kb}")
     if args.replicas is not None and args.ray is None:
         raise InputError("--replicas needs --ray (without it one process serves the model)")
+    if args.replicas is not None and args.replicas < 1:
+        raise InputError(f"--replicas must be at least 1, got {args.replicas}")
     token = admin_token(args)
     if args.admin_token is not None:
         warnings.warn(f"--admin-token shows the token to every user of this machine (ps): prefer ${TOKEN_ENV} or "
