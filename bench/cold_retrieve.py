@@ -29,8 +29,10 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 def tree_env(tree: Path) -> dict:
-    """The environment that runs ``tree``'s openbook: the tree first on ``PYTHONPATH``."""
-    return dict(os.environ, PYTHONPATH=os.pathsep.join([str(tree), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep))
+    """The environment that runs ``tree``'s openbook: the tree first on ``PYTHONPATH``, and the working directory
+    not on the path (``PYTHONSAFEPATH``: ``python -m`` would put it first, and so its openbook)."""
+    path = os.pathsep.join([str(tree), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+    return dict(os.environ, PYTHONPATH=path, PYTHONSAFEPATH="1")
 
 
 def openbook_of(tree: Path) -> str:
