@@ -5,11 +5,13 @@ passages on stdout (``time_to_output`` of bench/ask_latency.py, which times the 
 ``PYTHONPATH`` set to the tree, so the same virtualenv runs each tree's openbook: a before/after is
 ``git worktree add /tmp/old COMMIT`` and ``--tree /tmp/old --tree .``. One untimed run per tree first (it builds
 the demo knowledge base if needed and warms the page cache), then ``--runs`` rounds, each running every tree
-once, the order reversed every other round, so a change in the machine's load hits every tree alike.
+once, the order reversed every other round, so a change in the machine's load hits every tree alike. Besides
+the wall time, each run's CPU time (user + system, ``getrusage(RUSAGE_CHILDREN)`` before and after) is
+reported: on a machine shared with other work it moves much less than the wall time.
 
 Usage:  PYTHONPATH=. python bench/cold_retrieve.py [--tree DIR ...] [--runs 5] [--k 5]
 
-It ends with one JSON line: per tree, the median seconds and every run's, and the CPU.
+It ends with one JSON line: per tree, the median wall and CPU seconds and every run's, and the CPU model.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -45,11 +48,22 @@ def openbook_of(tree: Path) -> str:
     return str(found)
 
 
-def result_line(times: dict[str, list[float]], question: str, k: int) -> dict:
-    """The final JSON line: each tree's median and runs (seconds, rounded to ms)."""
+def timed(command: list[str], env: dict) -> tuple[float, float, dict]:
+    """Wall seconds to ``command``'s output, the CPU seconds (user + system) of its process, and its JSON."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    seconds, record = time_to_output(command, env)
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)  # the process has been waited for
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return seconds, cpu, record
+
+
+def result_line(times: dict[str, list[float]], cpu_times: dict[str, list[float]], question: str, k: int) -> dict:
+    """The final JSON line: each tree's median and runs, wall and CPU (seconds, rounded to ms)."""
+    def figures(runs: list[float], name: str) -> dict:
+        return {f"median_{name}_s": round(statistics.median(runs), 3), f"{name}_runs_s": [round(t, 3) for t in runs]}
+
     return {"question": question, "k": k, "runs": len(next(iter(times.values()))),
-            "trees": {tree: {"median_s": round(statistics.median(runs), 3), "runs_s": [round(t, 3) for t in runs]}
-                      for tree, runs in times.items()},
+            "trees": {tree: {**figures(times[tree], "wall"), **figures(cpu_times[tree], "cpu")} for tree in times},
             "cpu": cpu_description(), "load_average_1min": round(os.getloadavg()[0], 2)}
 
 
@@ -71,15 +85,18 @@ def main(argv=None) -> None:
         print(f"tree:          {tree} (openbook from {openbook_of(tree)})")
         time_to_output(command, tree_env(tree))  # untimed warm-up
     times: dict[str, list[float]] = {str(tree): [] for tree in trees}
+    cpu_times: dict[str, list[float]] = {str(tree): [] for tree in trees}
     for r in range(args.runs):
         for tree in (trees if r % 2 == 0 else trees[::-1]):
-            seconds, record = time_to_output(command, tree_env(tree))
+            seconds, cpu, record = timed(command, tree_env(tree))
             times[str(tree)].append(seconds)
-            print(f"run {r + 1}/{args.runs} {str(tree):40s} {seconds:6.2f} s ({len(record['passages'])} passages)",
-                  flush=True)
-    result = result_line(times, args.question, args.k)
+            cpu_times[str(tree)].append(cpu)
+            print(f"run {r + 1}/{args.runs} {str(tree):40s} {seconds:6.2f} s wall, {cpu:6.2f} s CPU "
+                  f"({len(record['passages'])} passages)", flush=True)
+    result = result_line(times, cpu_times, args.question, args.k)
     for tree, figures in result["trees"].items():
-        print(f"{tree}: median {figures['median_s']} s over {result['runs']} runs")
+        print(f"{tree}: median {figures['median_wall_s']} s wall, {figures['median_cpu_s']} s CPU "
+              f"over {result['runs']} runs")
     print(json.dumps(result))
 
 

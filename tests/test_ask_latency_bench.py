@@ -102,6 +102,14 @@ def test_cold_retrieve_bench_runs_each_trees_own_openbook(cold_retrieve_bench, t
     assert env["PYTHONPATH"].split(os.pathsep)[0] == str(tmp_path) and env["PYTHONSAFEPATH"] == "1"
     with pytest.raises(SystemExit, match="not the tree's package"):
         cold_retrieve_bench.openbook_of(tmp_path)  # no openbook/ there: another tree's would be timed
-    line = cold_retrieve_bench.result_line({"/old": [9.0, 7.0, 8.0], "/new": [3.0, 4.0, 2.5]}, "q?", 5)
-    assert line["trees"]["/old"] == {"median_s": 8.0, "runs_s": [9.0, 7.0, 8.0]}
-    assert line["trees"]["/new"]["median_s"] == 3.0 and line["runs"] == 3
+    line = cold_retrieve_bench.result_line({"/old": [9.0, 7.0, 8.0], "/new": [3.0, 4.0, 2.5]},
+                                           {"/old": [6.0, 5.0, 5.5], "/new": [2.0, 2.5, 1.5]}, "q?", 5)
+    assert line["trees"]["/old"] == {"median_wall_s": 8.0, "wall_runs_s": [9.0, 7.0, 8.0], "median_cpu_s": 5.5,
+                                     "cpu_runs_s": [6.0, 5.0, 5.5]}
+    assert line["trees"]["/new"]["median_wall_s"] == 3.0 and line["runs"] == 3
+
+
+def test_cold_retrieve_bench_counts_the_cpu_time_of_the_process(cold_retrieve_bench):
+    busy = "import json, time\nend = time.process_time() + 0.3\nwhile time.process_time() < end: pass\nprint('{}')"
+    seconds, cpu, record = cold_retrieve_bench.timed([sys.executable, "-c", busy], dict(os.environ))
+    assert record == {} and cpu >= 0.3 and seconds > 0
