@@ -17,14 +17,13 @@ import numpy as np
 
 from openbook.corpus import Passage, read_passages
 from openbook.data import demo_passages_path
-from openbook.index import KnowledgeBase, ShardedKnowledgeBase
+from openbook.index import KnowledgeBase, KnowledgeBaseLike
 from openbook.index.kb import FORMAT_VERSION, read_manifest, stored_format_version
 from openbook.index.kb.layout import sha256_file
 from openbook.index.sharded import stored_encoder_info
 from openbook.models.encoders import Encoder
 from openbook.models.loading import cache_dir
 
-LOADED = (KnowledgeBase, ShardedKnowledgeBase)  # a loaded knowledge base, not a path
 SHIPPED_VECTORS = "embeddings-minilm.f16.npy"  # d(z) of the demo corpus by the default encoder
 
 
@@ -128,8 +127,8 @@ def encoder_name(encoder: str | None, kb=None) -> str:
     was built with, else the offline default (``"default"``). A ``kb`` path is read first, so that a
     wrong one fails before any model is loaded."""
     built_with = None
-    if kb is not None and not isinstance(kb, LOADED):
+    if kb is not None and not isinstance(kb, KnowledgeBaseLike):
         built_with = stored_encoder_info(kb).get("name")
-    elif isinstance(kb, LOADED):
+    elif isinstance(kb, KnowledgeBaseLike):
         built_with = kb.encoder_info.get("name")
     return encoder if encoder is not None else built_with or "default"

@@ -1,10 +1,11 @@
 """Putting a model together from names: generators, encoders, knowledge bases, trained runs.
 
 This is where the layers meet, above :mod:`openbook.rag.model` and :mod:`openbook.rag.closed_book` (it
-imports both; they never import it at module level): a knowledge base is built by encoding passages
-(corpus) with a document encoder (models) into an index (index), in :mod:`openbook.models.knowledge`; a
-generator name becomes the right adapter; a training run directory (``run.json`` + checkpoint) becomes its
-trained model again (:func:`load_run`). :func:`load_model` is the one function every command builds its model with.
+imports both; they never import it, not even inside a function: ``RAG.load`` is handed :func:`load_model` by
+:mod:`openbook.rag`): a knowledge base is built by encoding passages (corpus) with a document encoder (models)
+into an index (index), in :mod:`openbook.models.knowledge`; a generator name becomes the right adapter; a
+training run directory (``run.json`` + checkpoint) becomes its trained model again (:func:`load_run`).
+:func:`load_model` is the one function every command builds its model with.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from pathlib import Path
 from openbook.atomic import atomic_output
 from openbook.data import default_run_path
 from openbook.errors import InputError
-from openbook.index import KnowledgeBase, ShardedKnowledgeBase, load_knowledge_base
+from openbook.index import KnowledgeBaseLike, load_knowledge_base
 from openbook.models import load_causal_lm, load_config, load_encoder, load_seq2seq
 from openbook.models.adapters import LoraSettings, merge_lora_tensors
 from openbook.models.causal import CausalLMGenerator
@@ -23,7 +24,7 @@ from openbook.models.device import resolve_device
 from openbook.models.encoders import Encoder
 from openbook.models.generators import Generator, Seq2SeqGenerator
 from openbook.models.hf_rag import is_hf_rag_checkpoint, load_hf_rag
-from openbook.models.knowledge import LOADED, build_knowledge_base, demo_knowledge_base, encoder_name  # noqa: F401 (re-exported)
+from openbook.models.knowledge import build_knowledge_base, demo_knowledge_base, encoder_name  # noqa: F401 (re-exported)
 from openbook.models.loading import GENERATOR_ALIASES
 from openbook.models.precision import TORCH_DTYPES, quantize_int8, resolve_dtype
 from openbook.models.weights import load_tensors, load_weights, read_tensors, weights_path
@@ -53,7 +54,7 @@ def load_generator(name_or_path: str = "default") -> Generator:
 
 def load_rag(
     model: str | None = None,
-    kb: str | Path | KnowledgeBase | ShardedKnowledgeBase | None = None,
+    kb: str | Path | KnowledgeBaseLike | None = None,
     generator: str = "default",
     encoder: str | Encoder | None = None,
     **kwargs,
@@ -74,7 +75,7 @@ def load_rag(
         query_encoder = _encoder(encoder, kb)
     if kb is None:
         knowledge = demo_knowledge_base(query_encoder)
-    elif isinstance(kb, LOADED):
+    elif isinstance(kb, KnowledgeBaseLike):
         knowledge = kb
     else:
         knowledge = load_knowledge_base(kb, expected_encoder=query_encoder.info())
@@ -152,7 +153,7 @@ REQUIRED_RUN_KEYS = ("model", "generator", "encoder")
 
 def _as_location(value):
     """A local path as an absolute path (the run may be loaded from another directory); names unchanged."""
-    if value is None or isinstance(value, LOADED):
+    if value is None or isinstance(value, KnowledgeBaseLike):
         return None if value is None else str(Path(value.path).resolve())
     path = Path(value)
     return str(path.resolve()) if path.exists() else str(value)
