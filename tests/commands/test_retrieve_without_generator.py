@@ -37,7 +37,7 @@ def no_generator(*args, **kwargs):
 def generators_refused(monkeypatch):
     """Every way to a generator raises; the encoder loader gives the hashed bag-of-words encoder."""
     for module, name in ((assemble, "load_generator"), (assemble, "load_model"), (assemble, "load_rag"),
-                         (assemble, "load_run"), (options, "load_model"), (loading, "load_causal_lm"),
+                         (assemble, "load_run"), (options, "model_from_args"), (loading, "load_causal_lm"),
                          (loading, "load_seq2seq"), (loading, "load_gguf_cached")):
         monkeypatch.setattr(module, name, no_generator)
     monkeypatch.setattr(kb_commands, "load_encoder", lambda name: BowEncoder("fake/bow"))
