@@ -47,11 +47,11 @@ demo: install
 	$(VENV)/bin/openbook ask "$(QUESTION)"
 
 # The tests need every extra but bench: dev (pytest, ruff, the API's test clients), scale (Ray), compile,
-# experiments (plots) and stemming. None is in the install `make demo` uses. Besides costing pip time,
+# experiments (plots), stemming and docs (HTML, PDF and DOCX corpus files). None is in the install `make demo` uses. Besides costing pip time,
 # torchao (compile: `kb build --compile` with int8) slows every `openbook ask` start once installed, as
 # transformers imports it in every process (`.venv/bin/python -X importtime -c "import openbook.models.loading"`).
 $(TEST_STAMP): $(STAMP)
-	$(PIP) install -e '.[dev,scale,compile,experiments,stemming]'
+	$(PIP) install -e '.[dev,scale,compile,experiments,stemming,docs]'
 	@touch $@
 
 # Lint first (ruff, configured in pyproject.toml; fast), then the whole suite, the tests marked slow included

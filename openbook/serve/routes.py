@@ -139,6 +139,33 @@ def install_routes(app: FastAPI, server, static: Path) -> None:
         return await edit(lambda edits, path, enc: (edits.delete(path, body.ids, "openbook serve: delete"),
                                                     len(body.ids)))
 
+    @app.get("/v1/kb/documents", response_model=s.DocumentsResponse, responses=ERRORS, dependencies=[Depends(admin)])
+    async def list_documents():
+        """The served knowledge base's documents and their passage ids, at the served version (admin)."""
+        server.check_ready()
+
+        def run():
+            book = server.books.current
+            if not hasattr(book.kb, "documents"):
+                raise ApiError(409, "the served knowledge base is sharded: its documents are not listed")
+            return {"kb": {"name": book.name, "version": book.kb.version}, "documents": book.kb.documents()}
+
+        return s.DocumentsResponse(**await server.call(run))
+
+    @app.delete("/v1/kb/documents", response_model=s.EditResponse, responses=ERRORS, dependencies=[Depends(admin)])
+    async def delete_document(body: s.DeleteDocumentRequest):
+        """Delete every passage of a document (admin), as a new version; ``changed`` counts the passages."""
+        from openbook.index.kb import delete_document, read_manifest
+        from openbook.index.sharded import is_sharded
+
+        def change(edits, path, enc):
+            if is_sharded(path):
+                raise ApiError(409, "the served knowledge base is sharded: delete its passages by id")
+            version = delete_document(path, body.document, "openbook serve: delete document")
+            return version, read_manifest(path)["versions"][version - 1]["deleted"]
+
+        return await edit(change)
+
     @app.post("/v1/kb/swap", response_model=s.SwapResponse, responses=ERRORS, dependencies=[Depends(admin)])
     async def swap(body: s.SwapRequest):
         """Answer from another knowledge base under --kb-root, or another version (admin). Requests in flight

@@ -182,6 +182,22 @@ class DeleteRequest(Strict):
     ids: list[str] = Field(min_length=1, max_length=MAX_EDIT)
 
 
+class DeleteDocumentRequest(Strict):
+    document: str = Field(min_length=1, max_length=4096, description="a document id, as /v1/kb/documents lists it")
+
+
+class DocumentEntry(BaseModel):
+    document: str | None = Field(description="the document id (its path in the folder built from), or null for "
+                                             "passages of no document")
+    sha256: str | None = Field(description="the content hash of the document when it was added")
+    passages: list[str] = Field(description="its passage ids")
+
+
+class DocumentsResponse(BaseModel):
+    kb: KBRef
+    documents: list[DocumentEntry]
+
+
 class EditResponse(BaseModel):
     kb: KBRef
     changed: int

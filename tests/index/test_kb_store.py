@@ -296,10 +296,11 @@ def test_text_folder_source(tmp_path):
         Passage("notes/a.md#0", "The Heading", "intro line body"),
         Passage("notes/a.md#1", "The Heading", "of the note"),
         Passage("notes/b.txt", "b", "plain words here"),
+        Passage("notes/latin1.txt", "latin1", "caf\xe9"),  # not UTF-8: decoded as detected
         Passage("notes/sub/c.md#0", "c", "no heading"),  # a 1-word tail of 3 shares the last two chunks
         Passage("notes/sub/c.md#1", "c", "at all"),
     ]
-    assert errors.skipped == 1 and "latin1.txt:1: not UTF-8" in errors.examples[0]
+    assert errors.skipped == 0
     single = read_all([notes / "b.txt"])
     assert [i.passage.id for i in single] == ["b.txt"]
 
@@ -307,12 +308,12 @@ def test_text_folder_source(tmp_path):
 def test_source_kind_and_missing_sources(tmp_path):
     assert source_kind(tmp_path) == "folder"
     for name, kind in [("a.jsonl", "jsonl"), ("a.JSONL.gz", "jsonl"), ("p.tsv.gz", "tsv"), ("t.parquet", "parquet"),
-                       ("n.md", "text")]:
+                       ("n.md", "markdown"), ("n.txt", "text")]:
         (tmp_path / name).write_text("")
         assert source_kind(tmp_path / name) == kind
-    (tmp_path / "data.csv").write_text("")
+    (tmp_path / "data.xyz").write_text("")
     with pytest.raises(InputError, match="unknown corpus format"):
-        source_kind(tmp_path / "data.csv")
+        source_kind(tmp_path / "data.xyz")
     with pytest.raises(InputError, match="no such file"):
         read_all([tmp_path / "missing.jsonl"])
 

@@ -140,7 +140,7 @@ def test_make_demo_installs_openbook_without_extras_in_order():
 def test_make_test_installs_every_extra_the_tests_use():
     (install,) = [line for line in _recipe("$(TEST_STAMP)") if "install" in line]
     extras = _extras(install)
-    assert {"dev", "scale", "compile", "experiments", "stemming"} <= extras
+    assert {"dev", "scale", "compile", "experiments", "stemming", "docs"} <= extras
     assert extras <= set(_project()["optional-dependencies"])
 
 
