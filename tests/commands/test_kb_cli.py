@@ -216,8 +216,8 @@ def test_retrieve_k_is_bounded_and_clamped(capsys, tmp_path, corpus_dir, encoder
 
 def test_build_with_int8_encoding_stays_within_int8_rounding_of_float32(capsys, tmp_path, corpus_dir, monkeypatch):
     from openbook.models.precision import int8_engine
-    from test_int8 import int8_bound
     from tiny import tiny_encoder
+    from tolerance import int8_bound
 
     if not int8_engine():
         pytest.skip("PyTorch has no x86 quantised engine here")
@@ -236,8 +236,8 @@ def test_build_with_compiled_int8_encoding_stays_within_int8_rounding_of_float32
                                                                                 monkeypatch):
     import shutil
 
-    from test_int8 import int8_bound
     from tiny import tiny_encoder
+    from tolerance import int8_bound
 
     pytest.importorskip("torchao")
     if not (shutil.which("g++") or shutil.which("clang++")):
