@@ -17,7 +17,6 @@ import pytest
 import torch
 
 import openbook.index.kb.build as build_module
-import test_kb_cli
 from openbook import atomic
 from openbook.corpus import Passage, RecordErrors, iter_source_passages
 from openbook.errors import InputError, KnowledgeBaseError
@@ -25,12 +24,9 @@ from openbook.index import KnowledgeBase
 from openbook.index.kb import MANIFEST_FILE, add_passages, check_encoder_matches, delete_passages, read_manifest
 from openbook.index.kb.folder import _locked, partial_dir
 from openbook.models import Encoder
-from test_kb_cli import build_kb, run
-from test_kb_store import ENCODER, Crash, build, corpus, encode
 from tiny_encoders import save_bert
+from tiny_kb import ENCODER, BowEncoder, Crash, build, build_kb, corpus, encode, run
 
-encoders = test_kb_cli.encoders  # fixtures: the encoder loader replaced, a small corpus
-corpus_dir = test_kb_cli.corpus_dir
 QUOTES_TSV = 'id\ttext\ttitle\n1\tAlpha\tA\n2\t"open quote dogs\tB\n3\tGamma\tC\n4\tDelta "fish" x\tD\n'
 
 
@@ -319,7 +315,7 @@ def test_demo_knowledge_base_of_an_older_format_is_rebuilt_in_the_cache(tmp_path
     from openbook.models import knowledge
 
     monkeypatch.setattr(knowledge, "cache_dir", lambda: tmp_path)
-    encoder = test_kb_cli.BowEncoder("fake/bow")
+    encoder = BowEncoder("fake/bow")
     old = knowledge.demo_kb_dir(encoder)
     old.mkdir(parents=True)
     (old / MANIFEST_FILE).write_text(json.dumps({"format_version": 1}), encoding="utf-8")
@@ -369,7 +365,7 @@ def test_demo_knowledge_base_built_from_another_shipped_corpus_is_rebuilt(tmp_pa
 
     monkeypatch.setattr(knowledge, "cache_dir", lambda: tmp_path / "cache")
     monkeypatch.setattr(knowledge, "demo_passages_path", lambda: corpus)
-    encoder = test_kb_cli.BowEncoder("fake/bow")
+    encoder = BowEncoder("fake/bow")
     ship(["old one", "old two", "capital city."])
     first = knowledge.demo_knowledge_base(encoder, progress=False)
     built = read_manifest(first.path)

@@ -20,20 +20,11 @@ from openbook.index.retriever import (
     make_retriever,
     retrieval_logprobs,
 )
-from openbook.models.generators import Seq2SeqGenerator
 from openbook.rag import RAG
 from openbook.rag.assemble import build_knowledge_base
 from openbook.rag.closed_book import ClosedBook
-from tiny import PASSAGES, bart_tokenizer, tiny_bart, tiny_encoder
+from tiny import PASSAGES, tiny_parts
 from tolerance import probability_sum_bound
-
-
-def tiny_parts(root):
-    """A tiny query encoder, a knowledge base of the six PASSAGES built with it under ``root``, and a tiny BART."""
-    encoder = tiny_encoder()
-    kb = build_knowledge_base(PASSAGES, encoder, root / "kb", progress=False)
-    tok = bart_tokenizer()
-    return encoder, kb, Seq2SeqGenerator(tiny_bart(vocab_size=len(tok), seed=3), tok)
 
 
 @pytest.fixture(scope="module")
