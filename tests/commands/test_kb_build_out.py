@@ -7,14 +7,9 @@ from pathlib import Path
 
 import pytest
 
-import test_kb_cli
 from openbook.errors import InputError
-from test_kb_cli import run
 from test_kb_safety import one_error_line
-from test_kb_store import build, corpus
-
-encoders = test_kb_cli.encoders  # fixtures: the encoder loader replaced, a small corpus
-corpus_dir = test_kb_cli.corpus_dir
+from tiny_kb import build, corpus, run
 
 
 def make_target(root: Path, kind: str) -> tuple[str, str]:

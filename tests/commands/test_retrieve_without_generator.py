@@ -21,7 +21,7 @@ from openbook.commands import options
 from openbook.index import KnowledgeBase
 from openbook.models import knowledge
 from openbook.rag import assemble
-from test_kb_store import ENCODER, BowEncoder, corpus, encode
+from tiny_kb import ENCODER, BowEncoder, corpus, encode
 
 REPO = Path(__file__).resolve().parents[2]
 # Modules only a generator needs: none may be imported by `openbook retrieve`.
@@ -75,13 +75,13 @@ def test_retrieve_imports_no_generator_code(tmp_path):
         import json, sys
         import openbook.commands.kb as kb_commands
         from openbook import cli
-        from test_kb_store import BowEncoder
+        from tiny_kb import BowEncoder
 
         kb_commands.load_encoder = lambda name: BowEncoder("fake/bow")
         code = cli.main(["retrieve", "number3", "--kb", {str(tmp_path / "kb")!r}, "--json"])
         print(json.dumps({{"code": code, "modules": sorted(sys.modules)}}), file=sys.stderr)
     """)
-    tests = [str(REPO / "tests" / folder) for folder in ("index", "helpers")]  # test_kb_store and its helpers
+    tests = [str(REPO / "tests" / "helpers")]  # tiny_kb
     path = os.pathsep.join([str(REPO), *tests, os.environ.get("PYTHONPATH", "")])
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300,
                           env={**os.environ, "PYTHONPATH": path}, cwd=tmp_path)

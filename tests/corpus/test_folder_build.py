@@ -13,7 +13,7 @@ import pytest
 import openbook.commands.kb as kb_commands
 from openbook import cli
 from openbook.index import KnowledgeBase
-from test_kb_store import BowEncoder
+from tiny_kb import BowEncoder
 
 pytest.importorskip("trafilatura")
 pytest.importorskip("pypdf")

@@ -8,15 +8,11 @@ import json
 
 import pytest
 
-import test_kb_cli
 from openbook.errors import KnowledgeBaseError
 from openbook.index import KnowledgeBase
 from openbook.index.kb import MANIFEST_FILE, read_manifest
-from test_kb_cli import build_kb, run
 from test_kb_safety import one_error_line
-
-encoders = test_kb_cli.encoders  # fixtures: the encoder loader replaced, a small corpus
-corpus_dir = test_kb_cli.corpus_dir
+from tiny_kb import build_kb, run
 
 
 def set_count(manifest: dict, where: str, value) -> None:
