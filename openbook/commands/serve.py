@@ -21,9 +21,9 @@ from pathlib import Path
 
 from openbook.commands import options, positive_int
 from openbook.errors import InputError
+from openbook.presets import INTERACTIVE
 from openbook.serve.config import ServeConfig
 
-SERVE_DEFAULTS = {"dtype": "auto"}
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
 
 
@@ -60,7 +60,7 @@ def register(subparsers) -> None:
     serve.add_argument("--host", default="127.0.0.1", help="address to listen on (default: %(default)s, this machine only)")
     serve.add_argument("--port", type=int, default=8000, help="TCP port (default: %(default)s)")
     options.add_options(serve, "model", "run", "kb", "generator", "untrained", "encoder", "k", "dtype", "device",
-                        defaults=SERVE_DEFAULTS)
+                        preset=INTERACTIVE)
     serve.add_argument("--kb-root", metavar="DIR", default=None,
                        help="folder of knowledge bases that POST /v1/kb/swap may switch to (by folder name)")
     serve.add_argument("--admin-token", metavar="TOKEN", default=None,

@@ -35,12 +35,12 @@ from typing import Any
 import numpy as np
 
 from openbook.errors import InputError, KnowledgeBaseError, positive_int
+from openbook.presets import RETRIEVERS
 
 #: The largest k any command or model accepts: the paper's test-time sweep goes to 50 documents and
 #: DPR reports recall@100. Larger k costs memory and time (RAG-Sequence Thorough decoding scores
 #: k * beams hypotheses under each of the k passages) without being a setting anyone evaluates.
 MAX_K = 100
-RETRIEVERS = ("dense", "bm25", "hybrid")
 HYBRID_DEPTH = 100  # how deep each retriever's list is read for reciprocal rank fusion
 
 QueryEncoder = Callable[[list[str]], Any]  # questions -> (B, d) numpy array or torch tensor

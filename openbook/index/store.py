@@ -37,6 +37,7 @@ import numpy as np
 from openbook.atomic import fsync_path
 from openbook.corpus import Passage
 from openbook.errors import InputError, KnowledgeBaseError
+from openbook.presets import EMBEDDING_DTYPES
 
 # ---------------------------------------------------------------------------------------------------
 # passage store
@@ -286,7 +287,6 @@ class PassageStore:
 # embeddings file
 
 NPY_HEADER_BYTES = 128  # magic (6) + version (2) + header length (2) + padded header dict
-EMBEDDING_DTYPES = ("float32", "float16")
 _NPY_MAGIC = b"\x93NUMPY\x01\x00"
 
 

@@ -27,6 +27,7 @@ from openbook.index.retriever import RETRIEVERS, Retriever, check_k, make_retrie
 from openbook.models.encoders import Encoder, default_score_scale
 from openbook.models.generators import Generator, Memory
 from openbook.models.pieces import token_pieces
+from openbook.presets import DECODINGS, INTERACTIVE, MODELS
 from openbook.rag.boundary import answer_texts
 from openbook.rag.decoding import beam_config_for, rag_sequence_decode, rag_sequence_decode_lazy, rag_token_decode
 from openbook.rag.marginal import (
@@ -37,8 +38,6 @@ from openbook.rag.marginal import (
     token_doc_posterior,
 )
 
-MODELS = ("rag-sequence", "rag-token")
-DECODINGS = ("thorough", "fast", "lazy")
 # Bounds on the work one call may ask for (a user's typo must not take hours or all memory): beams as
 # wide as anyone decodes with (the paper used 4; transformers' examples go to 10-50), and answers of
 # at most this many tokens (every openbook generator's context budget is smaller than this).
@@ -192,17 +191,18 @@ class RAG(nn.Module):
 
     @classmethod
     def load(cls, model: str | None = None, kb=None, generator: str = "default", encoder: str | None = None,
-             **options) -> RAG:
+             dtype: str = INTERACTIVE.dtype, **options) -> RAG:
         """A RAG model from names, in eval mode (:func:`openbook.rag.assemble.load_model`, imported here, not at
         module level, because the loader sits above this module). With no names it is the shipped fine-tuned
         default; ``untrained=True`` gives the packaged generator without its adapters, ``run=DIR`` a training
-        run; ``k``, ``retriever``, ``dtype`` (the generator's: ``"float32"``, ``"bfloat16"``, ``"int8"`` or
-        ``"auto"``) and the :class:`RAG` options (``learn_scale``, ``score_scale``) pass through."""
+        run; ``dtype`` is the generator's (``"float32"``, ``"bfloat16"``, ``"int8"``, or ``"auto"``: bfloat16 where
+        the CPU computes it natively, as ``openbook ask``'s, :data:`~openbook.presets.INTERACTIVE`); ``k``,
+        ``retriever`` and the :class:`RAG` options (``learn_scale``, ``score_scale``) pass through."""
         from openbook.rag.assemble import load_model
 
         if model == "closed-book":
             raise InputError("RAG.load builds a RAG model; the closed-book generator is ClosedBook")
-        return load_model(model=model, kb=kb, generator=generator, encoder=encoder, **options)
+        return load_model(model=model, kb=kb, generator=generator, encoder=encoder, dtype=dtype, **options)
 
     @property
     def score_scale(self) -> torch.Tensor:
@@ -253,9 +253,9 @@ class RAG(nn.Module):
         self,
         questions: Sequence[str],
         k: int | None = None,
-        num_beams: int = 4,
-        decoding: str = "thorough",
-        max_new_tokens: int = 32,
+        num_beams: int = INTERACTIVE.num_beams,
+        decoding: str = INTERACTIVE.decoding,
+        max_new_tokens: int = INTERACTIVE.max_new_tokens,
         min_new_tokens: int = 0,
         length_penalty: float = 1.0,
         n_best: int = 1,
@@ -263,8 +263,10 @@ class RAG(nn.Module):
         on_step=None,
     ) -> list[Answer]:
         """Answer each question with provenance: passages, p(z|x), p(z|x,y) and (RAG-Token) per-token
-        document posteriors. RAG-Sequence uses Thorough, Fast or Lazy decoding (``decoding``; Lazy gives Fast's
-        answer from only the documents that decide it, and no posterior for the others). ``num_beams=1``
+        document posteriors. The defaults are :data:`~openbook.presets.INTERACTIVE`'s, as ``openbook ask``'s
+        (greedy, Lazy, short answers); the paper's are :data:`~openbook.presets.PAPER`'s. RAG-Sequence uses
+        Thorough, Fast or Lazy decoding (``decoding``; Lazy gives Fast's answer from only the documents that
+        decide it, and no posterior for the others). ``num_beams=1``
         is greedy search; ``n_best > 1`` also returns the next-best hypotheses as ``alternatives``;
         ``length_penalty``, ``min_new_tokens`` and ``early_stopping`` mean what they mean in transformers.
         ``on_step(position, tokens (B,))`` sees each token as it is chosen, for RAG-Token greedy search only

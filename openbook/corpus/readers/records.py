@@ -20,6 +20,7 @@ from typing import Any
 from openbook.corpus.chunking import DEFAULT_MAX_WORDS, chunk_article, split_words
 from openbook.corpus.passages import Passage
 from openbook.errors import InputError
+from openbook.presets import ON_ERROR
 
 CHUNK_SEPARATOR = "#"
 
@@ -77,7 +78,7 @@ def passages_from_record(
 # whole corpora: a policy for malformed records
 
 
-ON_ERROR_CHOICES = ("stop", "skip")
+ON_ERROR_CHOICES = ON_ERROR
 
 
 class MalformedRecord(InputError):
