@@ -52,10 +52,11 @@ $(TEST_STAMP): $(STAMP)
 	$(PIP) install -e '.[dev,scale,compile]'
 	@touch $@
 
-# Lint first (ruff, configured in pyproject.toml; fast), then the suite.
+# Lint first (ruff, configured in pyproject.toml; fast), then the whole suite, the tests marked slow included
+# (plain `pytest` skips those: tests/README.md).
 test: $(TEST_STAMP)
 	$(VENV)/bin/ruff check .
-	$(VPY) -m pytest -q
+	$(VPY) -m pytest -q --run-slow
 
 $(BENCH_STAMP): $(STAMP)
 	$(PIP) install -e '.[dev,bench,compile]'

@@ -8,8 +8,6 @@ import shlex
 import sys
 import warnings
 
-import torch
-
 # BartConfig() defaults are bart-large; these are bart-base's sizes
 BART_BASE = dict(vocab_size=50265, d_model=768, encoder_layers=6, decoder_layers=6, encoder_attention_heads=12,
                  decoder_attention_heads=12, encoder_ffn_dim=3072, decoder_ffn_dim=3072)
@@ -28,6 +26,7 @@ def quiet() -> None:
 
 def print_header() -> None:
     """The command that reproduces this run, the library versions and the CPU threads/load."""
+    import torch
     import transformers
 
     env_prefix = f"PYTHONPATH={shlex.quote(os.environ['PYTHONPATH'])} " if os.environ.get("PYTHONPATH") else ""

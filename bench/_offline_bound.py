@@ -48,7 +48,7 @@ def offline_worker(args, questions: list[str], batch_sizes: tuple[int, ...], set
     ``--seconds`` as one JSON line ``{"batch_size", "answers", "seconds"}``; idle in between."""
     from openbook.commands import options
 
-    rag = options.load_model(args)
+    rag = options.model_from_args(args)
     cycles = {size: offline_batches(questions, size) for size in batch_sizes}
     for batches in cycles.values():
         rag.ask(batches[0], **settings)  # untimed warm-up

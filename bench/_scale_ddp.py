@@ -2,10 +2,10 @@
 whether the 2-process run ends with the 1-process weights (issue 12, item 5c; part of bench/scale_out.py).
 
 Both runs go through torchrun (``--nproc-per-node 1`` and ``2``) and time only ``openbook.train.train`` (rank
-0's wall clock, process start-up and model building excluded). The model is tests/ddp_worker.py's tiny random
+0's wall clock, process start-up and model building excluded). The model is tests/helpers/ddp_worker.py's tiny random
 RAG, widened (d_model 256, 4+4 layers) so that compute dominates communication. The equality check trains the
-small model in float64 for 4 steps in 1 and 2 processes and compares every weight with tests/tolerance.py's
-bound, as tests/test_train_ddp.py does (float64 rounding plus the float32 index scores' through Adam).
+small model in float64 for 4 steps in 1 and 2 processes and compares every weight with tests/helpers/tolerance.py's
+bound, as tests/train/test_train_ddp.py does (float64 rounding plus the float32 index scores' through Adam).
 
     python bench/_scale_ddp.py [--quick]    # prints one JSON line
 """
@@ -22,7 +22,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 TESTS = ROOT / "tests"
-sys.path[:0] = [str(ROOT), str(TESTS)]
+sys.path[:0] = [str(ROOT), str(TESTS / "helpers"), str(TESTS / "train")]
 
 
 def _torchrun(processes: int, kb: Path, out: Path, *args: str) -> dict:
@@ -31,13 +31,13 @@ def _torchrun(processes: int, kb: Path, out: Path, *args: str) -> dict:
            "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
     subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={processes}",
                     "--log-dir", str(out.parent / "torchrun-logs"),  # not a torchelastic_* folder left in /tmp
-                    str(TESTS / "ddp_worker.py"), str(kb), str(out), "--timing", str(timing), *args],
+                    str(TESTS / "helpers" / "ddp_worker.py"), str(kb), str(out), "--timing", str(timing), *args],
                    env=env, check=True, capture_output=True)
     return json.loads(timing.read_text())
 
 
 def _weights_equal(a: Path, b: Path) -> bool:
-    """Every weight within tests/test_train_ddp.py's rounding bound (the one the test asserts)."""
+    """Every weight within tests/train/test_train_ddp.py's rounding bound (the one the test asserts)."""
     from test_train_ddp import assert_same_weights, weights
 
     try:

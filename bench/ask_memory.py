@@ -48,7 +48,7 @@ def main() -> None:
         p.error(f"--questions must be 1..{len(QUESTIONS)}")
     quiet()
     print_header()
-    rag = options.load_model(args)
+    rag = options.model_from_args(args)
     loaded = rss_mb()
     start = time.perf_counter()
     answers = rag.ask(QUESTIONS[:args.questions], k=args.k, num_beams=args.beams, decoding=args.decoding,

@@ -62,7 +62,7 @@ def main() -> None:
         p.error(f"--questions must be 1..{len(QUESTIONS)} and --rounds positive")
     quiet()
     print_header()
-    rag = options.load_model(args)
+    rag = options.model_from_args(args)
     settings, _ = ask_settings(args.k or 5)
     questions = QUESTIONS[:args.questions]
     timer = ForwardTimer(rag.generator.model)

@@ -39,7 +39,7 @@ inner-product-to-L2 transform (norms here range over about 0.85-1.5x their mean 
 
 Memory: the N×dim float32 data (3.1 GB at the defaults) is held once; each index is built, measured,
 saved to ``--workdir`` (a temporary directory by default) and freed before the next; the peak is about
-6.5 GB. Time at the defaults on 2 busy cores (README, "Index scale"): about 15 minutes for the HNSW
+6.5 GB. Time at the defaults on 2 busy cores (docs/benchmarks.md, "Index scale"): about 15 minutes for the HNSW
 graph and 40 for IVF-PQ (most of it OPQ + k-means training on 100,000 vectors).
 
 Usage:  PYTHONPATH=. python bench/index_scale.py [--n 1000000] [--dim 768] [--queries 1000] [--kinds flat,hnsw,ivfpq]

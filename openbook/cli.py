@@ -18,7 +18,7 @@ import warnings
 from collections.abc import Sequence
 
 from openbook import __version__
-from openbook.errors import OpenbookError, one_line
+from openbook.errors import OpenbookError, check_text, one_line
 
 PROG = "openbook"
 
@@ -60,9 +60,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     try:
         args = parser.parse_args(argv)
+        _check_arguments(parser, args)
         args.argv = list(sys.argv[1:] if argv is None else argv)  # to start the same command in more processes
     except SystemExit as stop:  # --help, --version, usage errors
         return _exit_code(stop.code)
+    except OpenbookError as error:
+        _error(str(error))
+        return 2
 
     # With torchao installed (``kb build --compile``), transformers and peft import it: it logs that its CUDA
     # kernels cannot load on a CPU-only torch, and torch that torchao calls a deprecated registration. Neither
@@ -84,6 +88,32 @@ def main(argv: Sequence[str] | None = None) -> int:
         except BrokenPipeError:  # e.g. `openbook ask --file q.txt | head -1`: the reader has gone
             _silence_stdout()
             return 0
+
+
+def _check_arguments(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """Refuse, where arguments enter, text a tokenizer cannot take: an argument that is not valid UTF-8
+    (Python hands it over as lone surrogates) or holds a NUL. InputError naming the argument."""
+    names = _argument_names(parser, args)
+    for dest, value in vars(args).items():
+        for item in value if isinstance(value, (list, tuple)) else [value]:
+            if isinstance(item, (str, os.PathLike)):
+                check_text(os.fspath(item), f"argument {names.get(dest, dest)}")
+
+
+def _argument_names(parser: argparse.ArgumentParser, args: argparse.Namespace) -> dict[str, str]:
+    """``{dest: how the command line spells it}`` (``--text``, ``QUESTION``) for the chosen (sub)command."""
+    names: dict[str, str] = {}
+    while parser is not None:
+        chosen = None
+        for action in parser._actions:  # argparse keeps no public list of a parser's arguments
+            if isinstance(action, argparse._SubParsersAction):
+                chosen = action.choices.get(getattr(args, action.dest, None))
+            elif action.option_strings:
+                names[action.dest] = max(action.option_strings, key=len)
+            else:
+                names[action.dest] = action.metavar if isinstance(action.metavar, str) else action.dest
+        parser = chosen
+    return names
 
 
 def _silence_stdout() -> None:

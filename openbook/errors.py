@@ -6,6 +6,11 @@ it as one line instead of a traceback from deep inside a library.
 
 import numbers
 
+#: The largest k (passages retrieved per question) openbook accepts anywhere: the paper's test-time sweep goes
+#: to 50 documents and DPR reports recall@100. A larger k costs memory and time (RAG-Sequence Thorough
+#: decoding scores k * beams hypotheses under each of the k passages) without being a setting anyone evaluates.
+MAX_K = 100
+
 
 class OpenbookError(Exception):
     """Base class: a problem with what the user gave us (not a bug in openbook)."""
@@ -30,6 +35,16 @@ def positive_int(value, name: str) -> int:
     if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
         raise InputError(f"{name} must be a positive integer, got {value!r}")
     return int(value)
+
+
+def check_k(k) -> int:
+    """``k`` as an int if it is a whole number from 1 to :data:`MAX_K` (numpy integers included, bools not);
+    otherwise :class:`InputError`. The one check of ``k``, made where it enters: the command line's ``--k``
+    (:func:`openbook.commands.k_arg`), the API's request models, and Python's ``RAG(k=)``, ``RAG.retrieve``
+    (so ``ask``, ``loss`` ...) and ``evaluate``. Below them ``k`` is only clamped to the passages there are."""
+    if isinstance(k, bool) or not isinstance(k, numbers.Integral) or not 1 <= k <= MAX_K:
+        raise InputError(f"k (passages per question) must be a whole number from 1 to {MAX_K}, got {k!r}")
+    return int(k)
 
 
 def one_line(text: object, limit: int | None = None) -> str:

@@ -6,6 +6,8 @@ Commands never import :mod:`openbook.cli` (the entry point imports them).
 import argparse
 import math
 
+from openbook.errors import InputError, check_k
+
 
 def positive_int(text: str) -> int:
     """argparse type: a whole number of at least 1, with a message that names what was given."""
@@ -18,9 +20,21 @@ def positive_int(text: str) -> int:
     return value
 
 
+def k_arg(text: str) -> int:
+    """argparse type of ``--k``: a whole number checked by :func:`openbook.errors.check_k`, the one check of k."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    try:
+        return check_k(value)
+    except InputError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
+
+
 def k_list(text: str) -> list[int]:
-    """argparse type: comma-separated whole numbers of at least 1, sorted and distinct (``--k 1,5,20``)."""
-    return sorted({positive_int(part.strip()) for part in text.split(",")})
+    """argparse type: comma-separated ks (each as :func:`k_arg`), sorted and distinct (``--k 1,5,20``)."""
+    return sorted({k_arg(part.strip()) for part in text.split(",")})
 
 
 def finite_float(text: str) -> float:

@@ -1,7 +1,7 @@
 """``openbook ask "QUESTION"``: answer questions with a RAG model and show the passages it retrieved.
 
 ``openbook ask --file QUESTIONS.txt`` answers many questions in one process, in batches. The model comes
-from :func:`openbook.commands.options.load_model` (replaced by a stub in the CLI tests).
+from :func:`openbook.commands.options.model_from_args` (replaced by a stub in the CLI tests).
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import warnings
 from collections.abc import Iterator
 from typing import Any, TextIO
 
-from openbook.commands import options
+from openbook.commands import finite_float, options
 from openbook.errors import InputError, OpenbookError, one_line
 from openbook.presets import INTERACTIVE, PAPER
 
@@ -51,7 +51,7 @@ def register(subparsers) -> None:
                         "max-new-tokens", "dtype", "device", "batch-size", preset=INTERACTIVE)
     ask.add_argument("--min-new-tokens", type=int, metavar="N", default=0,
                      help="shortest answer, in generator tokens (default: %(default)s)")
-    ask.add_argument("--length-penalty", type=float, metavar="X", default=1.0,
+    ask.add_argument("--length-penalty", type=finite_float, metavar="X", default=1.0,
                      help="beam score = log p / length**X, as in transformers (default: %(default)s)")
     ask.add_argument("--json", action="store_true",
                      help="print one JSON object (with --file: JSON Lines, one object per question, in input order)")
@@ -70,7 +70,7 @@ def _cmd_ask(args: argparse.Namespace) -> int:
     # Read the questions before loading any model, so a wrong path fails in milliseconds.
     numbered = _read_questions(args.file) if args.file is not None else []
 
-    rag = options.load_model(args)
+    rag = options.model_from_args(args)
     settings = {"k": args.k, "num_beams": args.beams, "decoding": decoding,
                 "max_new_tokens": args.max_new_tokens}
     if args.k is None:  # the model's own k (5, or the run's)

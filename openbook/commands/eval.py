@@ -146,7 +146,7 @@ def _cmd_task(args: argparse.Namespace) -> int:
 
         raise InputError(f"--out {out}: exists and is not a directory")
 
-    model = options.load_model(args)
+    model = options.model_from_args(args)
     from openbook.eval.evaluate import evaluate, write_report
 
     report = evaluate(

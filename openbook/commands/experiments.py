@@ -13,7 +13,7 @@ import math
 import sys
 from pathlib import Path
 
-from openbook.commands import k_list, options, positive_int
+from openbook.commands import finite_float, k_list, options, positive_int
 from openbook.presets import MODELS, PAPER
 
 
@@ -91,7 +91,7 @@ def _register_paper_experiments(group) -> None:
                    help="comma-separated test-time k (default: %(default)s)")
     p.add_argument("--model", choices=MODELS, default="rag-sequence",
                    help="the kind of 'default' runs (default: %(default)s)")
-    p.add_argument("--score-scale", type=float, metavar="S", help="multiply the retrieval scores by S in p(z|x) "
+    p.add_argument("--score-scale", type=finite_float, metavar="S", help="multiply the retrieval scores by S in p(z|x) "
                    "instead of each run's own scale (smaller: a flatter prior over the top k)")
     p = _experiment(group, "posterior", "RAG-Token per-token document posterior heat map (Figure 2)",
                     "Generate with RAG-Token and plot p(z_i|x, y_i, y_<i) per token and document (paper Figure 2).",

@@ -1,7 +1,7 @@
 """The options several commands share, each declared once with one default, and the model they build.
 
 ``ask``, ``retrieve``, ``eval`` and ``train`` add the options they take with :func:`add_options`; the
-model a command works with comes from :func:`load_model` (the one seam the CLI tests replace), which
+model a command works with comes from :func:`model_from_args` (the one seam the CLI tests replace), which
 builds it with :func:`openbook.rag.assemble.load_model`. Nothing heavy is imported at module level.
 """
 
@@ -10,7 +10,8 @@ from __future__ import annotations
 import argparse
 from collections.abc import Callable
 
-from openbook.commands import positive_int
+from openbook.commands import k_arg, positive_int
+from openbook.errors import MAX_K
 from openbook.presets import DECODINGS, DEVICES, DTYPES, MODELS, MODELS_WITH_CLOSED_BOOK, PAPER, RETRIEVERS, Preset
 
 DEFAULT_DEVICE = "auto"
@@ -55,8 +56,8 @@ def _encoder(p) -> None:
 
 
 def _k(p) -> None:
-    p.add_argument("--k", type=positive_int, metavar="K", default=None,
-                   help=f"passages retrieved per question, at most 100 (default: {DEFAULT_K}, or the --run's)")
+    p.add_argument("--k", type=k_arg, metavar="K", default=None,
+                   help=f"passages retrieved per question, at most {MAX_K} (default: {DEFAULT_K}, or the --run's)")
 
 
 def _retriever(p) -> None:
@@ -88,8 +89,8 @@ def _max_new_tokens(p, default: int | None) -> None:
 def _dtype(p, default: str) -> None:
     p.add_argument("--dtype", choices=DTYPES, default=default,
                    help="the generator's number type: float32; bfloat16 (fast where the CPU computes it natively, "
-                   "AVX-512 BF16 or AMX); or int8 (dynamic quantisation of its linear layers, x86 CPUs: 1.35x faster "
-                   "than float32 but lossy, 27%% instead of 46%% exact match on held-out NQ with default v3); "
+                   "AVX-512 BF16 or AMX); or int8 (dynamic quantisation of its linear layers, x86 CPUs: faster "
+                   "than float32 but lossy, far below it in exact match: docs/models/default.md); "
                    "retrieval and log-probabilities stay float32 (bench/ask_latency.py); auto is bfloat16 on such a "
                    "CPU, else float32 (default: %(default)s)")
 
@@ -152,16 +153,16 @@ def quiet_libraries() -> None:
     hf_logging.disable_progress_bar()
 
 
-def load_model(args: argparse.Namespace, **options):
+def model_from_args(args: argparse.Namespace, **options):
     """The model of a command's parsed options (``--model --kb --generator --encoder --run --retriever
     --k --untrained --dtype --device``, those it has): :func:`openbook.rag.assemble.load_model`. Tests replace this
     function."""
     where = device(args)  # a missing GPU fails before anything loads
     quiet_libraries()
     # lazy: pulls in torch and transformers
-    from openbook.rag.assemble import load_model as build
+    from openbook.rag.assemble import load_model
 
-    return build(model=getattr(args, "model", None), kb=getattr(args, "kb", None),
+    return load_model(model=getattr(args, "model", None), kb=getattr(args, "kb", None),
                  generator=getattr(args, "generator", "default"), encoder=getattr(args, "encoder", None),
                  run=getattr(args, "run", None), retriever=getattr(args, "retriever", None),
                  k=getattr(args, "k", None), **{"untrained": getattr(args, "untrained", False),

@@ -1,12 +1,12 @@
 """``openbook serve``: load the model once and answer over HTTP (FastAPI + uvicorn, :mod:`openbook.serve`).
 
-The model is built by :func:`openbook.commands.options.load_model` (as ``openbook ask`` builds it) in the
+The model is built by :func:`openbook.commands.options.model_from_args` (as ``openbook ask`` builds it) in the
 background while the server already answers ``/healthz``; ``/readyz`` turns 200 when it is loaded. SIGTERM
 or Ctrl-C stops accepting connections, lets the requests in flight finish (at most ``--drain-s``) and exits.
 With ``--ray [ADDRESS]`` the same app runs as a Ray Serve deployment of ``--replicas`` model replicas
 (:mod:`openbook.serve.ray_serve`); SIGTERM or Ctrl-C then shuts Ray Serve down.
 
-The model loads and computes in the process's main thread, where PyTorch ran 1.26x faster than in another thread
+The model loads and computes in the process's main thread, where PyTorch ran faster than in another thread
 (:mod:`openbook.serve.worker`); uvicorn serves HTTP from a second thread, and the main thread's signal handlers tell it
 to shut down.
 """
@@ -123,7 +123,7 @@ def _cmd_serve(args: argparse.Namespace) -> int:
 
     def load():
         try:
-            rag = options.load_model(args)
+            rag = options.model_from_args(args)
         except Exception as error:  # a model that cannot load ends the server with the loader's one-line error
             failed.append(error)
             server.should_exit = True
@@ -171,7 +171,7 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     return 0
 
 
-MODEL_OPTIONS = ("model", "run", "kb", "generator", "untrained", "encoder", "k", "dtype", "device")  # load_model reads
+MODEL_OPTIONS = ("model", "run", "kb", "generator", "untrained", "encoder", "k", "dtype", "device")  # model_from_args reads
 
 
 def _serve_on_ray(args: argparse.Namespace, token: str | None) -> int:
@@ -196,7 +196,7 @@ def _serve_on_ray(args: argparse.Namespace, token: str | None) -> int:
         config = ServeConfig(kb_root=args.kb_root, admin_token=token, max_batch_size=args.max_batch_size,
                              max_wait_ms=args.max_wait_ms, max_queue=args.max_queue, timeout_s=args.timeout_s,
                              max_question_chars=args.max_question_chars, cors_origins=args.cors_origin,
-                             load=functools.partial(options.load_model, model_args))
+                             load=functools.partial(options.model_from_args, model_args))
         replicas = args.replicas or 1
         print(f"openbook: starting {replicas} Ray Serve replica(s); each loads the model", file=sys.stderr)
         ray_serve.start(config, replicas, args.host, args.port)

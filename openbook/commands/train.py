@@ -7,7 +7,7 @@ import json
 import sys
 from pathlib import Path
 
-from openbook.commands import options, positive_int
+from openbook.commands import nonnegative_float, options, positive_int
 
 
 def register(commands) -> None:
@@ -34,15 +34,15 @@ def register(commands) -> None:
     p.add_argument("--max-steps", type=positive_int, help="optimiser steps (overrides --epochs)")
     p.add_argument("--batch-size", type=positive_int, default=4)
     p.add_argument("--grad-accumulation", type=positive_int, default=1)
-    p.add_argument("--lr-generator", type=float, default=3e-5)
-    p.add_argument("--lr-query-encoder", type=float, default=1e-5)
+    p.add_argument("--lr-generator", type=nonnegative_float, default=3e-5)
+    p.add_argument("--lr-query-encoder", type=nonnegative_float, default=1e-5)
     p.add_argument("--lr-schedule", choices=("constant", "linear"), default="constant",  # trainer.LR_SCHEDULES
                    help="constant, or linear: warm up over --warmup-steps, then fall to zero at the last step "
                         "(transformers' linear schedule; default: %(default)s)")
     p.add_argument("--warmup-steps", type=positive_int, metavar="N",
                    help="steps over which the learning rates rise linearly from 1/N of their value (default: none)")
     p.add_argument("--learn-scale", action="store_true", help="also learn the retrieval score scale")
-    p.add_argument("--label-smoothing", type=float, default=0.0)
+    p.add_argument("--label-smoothing", type=nonnegative_float, default=0.0)
     p.add_argument("--max-target-length", type=positive_int, default=32, help="longest answer, in tokens (with EOS)")
     p.add_argument("--max-context-length", type=positive_int, metavar="N",
                    help="longest generator input (question + passage), in tokens; longer passages are cut "
@@ -51,7 +51,7 @@ def register(commands) -> None:
                    help="train LoRA adapters of rank R on the generator's linear layers instead of all its weights "
                         "(peft; the checkpoint keeps only the adapters; default: full fine-tuning, as in the paper)")
     p.add_argument("--lora-alpha", type=positive_int, metavar="A", help="LoRA scale numerator (default: 2 R)")
-    p.add_argument("--lora-dropout", type=float, default=0.05, metavar="P", help="LoRA dropout (default: %(default)s)")
+    p.add_argument("--lora-dropout", type=nonnegative_float, default=0.05, metavar="P", help="LoRA dropout (default: %(default)s)")
     p.add_argument("--freeze-retriever", action="store_true", help="the 'Frozen' ablation: q(x) is not updated")
     p.add_argument("--mixed-precision", action="store_true",
                    help="bfloat16 autocast on the --device (on a CPU fast where it has AVX-512 BF16 or AMX; warned "
@@ -151,7 +151,7 @@ def run(args: argparse.Namespace) -> int:
         from openbook.models.adapters import LoraSettings
 
         lora = LoraSettings(r=args.lora, alpha=args.lora_alpha or 2 * args.lora, dropout=args.lora_dropout)
-    rag = options.load_model(args, learn_scale=args.learn_scale, untrained=True)
+    rag = options.model_from_args(args, learn_scale=args.learn_scale, untrained=True)
     if lora is not None:
         from openbook.models.adapters import add_lora
 

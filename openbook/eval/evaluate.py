@@ -29,9 +29,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from openbook.errors import InputError, positive_int
+from openbook.errors import InputError, check_k, positive_int
 from openbook.eval.metrics import aggregate
-from openbook.index.retriever import check_k
 from openbook.presets import PAPER
 
 __all__ = ["evaluate", "predict", "report_markdown", "write_report"]

@@ -40,10 +40,9 @@ from typing import Any
 import numpy as np
 import regex
 
-from openbook.errors import InputError, positive_int
+from openbook.errors import InputError, check_k, positive_int
 from openbook.eval.metrics import recall_at_k
 from openbook.index.bm25 import knowledge_base_bm25
-from openbook.index.dense import check_k
 from openbook.index.retriever import HYBRID_DEPTH, RETRIEVERS, Retriever, make_retriever
 
 DEFAULT_KS = (1, 5, 20, 100)
@@ -125,7 +124,7 @@ def gold_match(passage: Any, gold: Any) -> bool:
 
 
 def check_ks(ks: Iterable[int]) -> list[int]:
-    """Sorted distinct positive ks."""
+    """Sorted distinct ks, each checked by :func:`openbook.errors.check_k`."""
     values = sorted({check_k(k) for k in ks})
     if not values:
         raise InputError("give at least one k")

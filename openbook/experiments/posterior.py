@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from openbook.experiments.report import DEFAULT, finish, heatmap, load_model
+from openbook.experiments.report import DEFAULT, finish, heatmap, model_of_run
 from openbook.presets import PAPER
 
 
@@ -91,7 +91,7 @@ def run_posterior(run: str, question: str | None, out_dir: str | Path, k: int = 
     if max_new_tokens is None:
         max_new_tokens = get_task(task).default_max_new_tokens
 
-    rag = load_model(run, kb=kb, decode_as="rag-token", device=device)
+    rag = model_of_run(run, kb=kb, decode_as="rag-token", device=device)
     options = {"k": k, "num_beams": beams, "max_new_tokens": max_new_tokens}
     search = None
     if inputs:

@@ -45,7 +45,7 @@ class EvalSettings:
 # ------------------------------------------------------------------------------------------ models
 
 
-def load_model(run: str, model: str = "rag-sequence", kb: str | None = None, *, decode_as: str | None = None,
+def model_of_run(run: str, model: str = "rag-sequence", kb: str | None = None, *, decode_as: str | None = None,
                retriever: str | None = None, device: str = "auto"):
     """The model of a training run directory (:func:`~openbook.rag.assemble.load_run`), or for ``"default"``
     the offline default models as ``model`` (``closed-book``, ``rag-sequence``, ``rag-token``): the shipped
@@ -53,13 +53,13 @@ def load_model(run: str, model: str = "rag-sequence", kb: str | None = None, *, 
     ``decode_as`` uses a run's weights as another RAG kind (``rag-token`` for the Figure 2 posteriors);
     ``retriever`` replaces its retriever (``bm25``); ``kb`` its knowledge base; ``device`` is where it runs. The
     generator computes in :data:`~openbook.presets.PAPER`'s number type."""
-    from openbook.rag.assemble import load_model as build
+    from openbook.rag.assemble import load_model
 
     if run != DEFAULT:
         if not Path(run).is_dir():
             raise InputError(f"{run}: not a run directory (from `openbook train --out`) nor {DEFAULT!r}")
-        return build(run=run, kb=kb, model=decode_as, retriever=retriever, dtype=PAPER.dtype, device=device)
-    return build(model=decode_as or model, kb=kb, retriever=retriever, dtype=PAPER.dtype, device=device)
+        return load_model(run=run, kb=kb, model=decode_as, retriever=retriever, dtype=PAPER.dtype, device=device)
+    return load_model(model=decode_as or model, kb=kb, retriever=retriever, dtype=PAPER.dtype, device=device)
 
 
 def run_path(run: str) -> Path | None:
@@ -115,11 +115,11 @@ def answer_recall(hits: list[list[bool]], ks: Sequence[int]) -> dict[int, float]
 
 
 def with_model(run: str, model: str, settings: EvalSettings, use, **load_options):
-    """``use(model)`` on the model of ``run`` (:func:`load_model`), which is freed before returning, so that
+    """``use(model)`` on the model of ``run`` (:func:`model_of_run`), which is freed before returning, so that
     an experiment over several runs holds one generator in memory at a time."""
     import gc
 
-    loaded = load_model(run, model, kb=settings.kb, device=settings.device, **load_options)
+    loaded = model_of_run(run, model, kb=settings.kb, device=settings.device, **load_options)
     try:
         return use(loaded)
     finally:

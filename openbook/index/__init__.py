@@ -2,6 +2,7 @@
 
 from openbook.index.dense import INDEX_TYPES, DenseIndex, FlatIPIndex, index_class, register_index
 from openbook.index.kb import FORMAT_VERSION, KnowledgeBase, describe_encoder
+from openbook.index.protocol import KnowledgeBaseLike
 from openbook.index.sharded import ShardedKnowledgeBase, is_sharded, load_knowledge_base
 
 __all__ = [
@@ -10,6 +11,7 @@ __all__ = [
     "DenseIndex",
     "FlatIPIndex",
     "KnowledgeBase",
+    "KnowledgeBaseLike",
     "ShardedKnowledgeBase",
     "describe_encoder",
     "index_class",

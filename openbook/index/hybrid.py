@@ -22,9 +22,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from openbook.errors import InputError
+from openbook.errors import InputError, positive_int
 from openbook.index.bm25 import PAD_SCORE
-from openbook.index.dense import check_k
 
 DEFAULT_C = 60  # the constant of Cormack et al. (2009)
 
@@ -68,7 +67,7 @@ def reciprocal_rank_fusion(
     indexes mark missing results).
     """
     arrays = _check_rankings(rankings)
-    k = check_k(k)
+    k = positive_int(k, "k")
     if isinstance(c, bool) or not isinstance(c, (int, float, np.integer, np.floating)) or not c >= 0:
         raise InputError(f"the RRF constant c must be a non-negative number, got {c!r}")
     w = _check_weights(weights, len(arrays))

@@ -15,8 +15,8 @@ the knowledge base for these questions, with their scores"; what the scores mean
 * :class:`HybridRetriever` -- reciprocal rank fusion of the dense and BM25 top ``depth``; the fused
   scores (sums of 1/(60 + rank)) are the logits.
 
-``k`` is checked once, here (:func:`check_k`): a positive integer of at most :data:`MAX_K`, clamped to the
-number of live passages with a warning. A sharded or remote retriever is a new subclass implementing
+``k`` is checked where it enters (:func:`openbook.errors.check_k`: the command line, the API, ``RAG``) and
+only clamped here, to the number of live passages, with a warning (:func:`fit_k`). A sharded or remote retriever is a new subclass implementing
 :meth:`Retriever.search` (and, if it holds no local knowledge base, ``num_passages`` and
 :meth:`Retriever.passages`); callers do not change. A sharded knowledge base
 (:class:`~openbook.index.sharded.ShardedKnowledgeBase`) needs no subclass: it offers the knowledge base's
@@ -35,24 +35,18 @@ from typing import Any
 import numpy as np
 
 from openbook.errors import InputError, KnowledgeBaseError, positive_int
+from openbook.index.protocol import KnowledgeBaseLike
 from openbook.presets import RETRIEVERS
 
-#: The largest k any command or model accepts: the paper's test-time sweep goes to 50 documents and
-#: DPR reports recall@100. Larger k costs memory and time (RAG-Sequence Thorough decoding scores
-#: k * beams hypotheses under each of the k passages) without being a setting anyone evaluates.
-MAX_K = 100
 HYBRID_DEPTH = 100  # how deep each retriever's list is read for reciprocal rank fusion
 
 QueryEncoder = Callable[[list[str]], Any]  # questions -> (B, d) numpy array or torch tensor
 
 
-def check_k(k, available: int | None = None) -> int:
-    """``k`` as an int: a positive integer of at most :data:`MAX_K` (else :class:`InputError`), clamped to
-    ``available`` live passages with a warning."""
-    k = positive_int(k, "k (passages to retrieve)")
-    if k > MAX_K:
-        raise InputError(f"k (passages to retrieve) must be at most {MAX_K}, got {k}")
-    if available is not None and k > available:
+def fit_k(k: int, available: int) -> int:
+    """``k`` (checked where it entered, :func:`openbook.errors.check_k`) clamped to ``available`` live
+    passages, with a warning."""
+    if k > available:
         if available < 1:
             raise KnowledgeBaseError("the knowledge base has no passages to retrieve")
         warnings.warn(f"k={k} is larger than the knowledge base ({available} passages); using k={available}",
@@ -94,7 +88,7 @@ class Retriever(ABC):
     #: whether the model's score scale multiplies the scores before the softmax (dense inner products)
     scaled = True
 
-    def __init__(self, kb):
+    def __init__(self, kb: KnowledgeBaseLike):
         self.kb = kb
 
     @property
@@ -102,16 +96,16 @@ class Retriever(ABC):
         """Live passages that can be retrieved (k is clamped to it)."""
         return len(self.kb)
 
-    def use_knowledge_base(self, kb) -> None:
+    def use_knowledge_base(self, kb: KnowledgeBaseLike) -> None:
         """Retrieve from ``kb`` from now on (drops anything built for the previous one)."""
         self.kb = kb
 
     def retrieve(self, questions: Sequence[str], k: int) -> Hits:
-        """The top ``k`` passages of each question (``k`` checked and clamped by :func:`check_k`)."""
+        """The top ``k`` passages of each question (``k`` clamped to the live passages by :func:`fit_k`)."""
         if isinstance(questions, str):
             questions = [questions]
         questions = list(questions)
-        k = check_k(k, self.num_passages)
+        k = fit_k(k, self.num_passages)
         scores, ids = self.search(questions, k)
         ids = np.asarray(ids)
         if ids.shape != (len(questions), k) or (ids < 0).any():
@@ -137,7 +131,7 @@ class DenseRetriever(Retriever):
 
     name = "dense"
 
-    def __init__(self, kb, encode: QueryEncoder):
+    def __init__(self, kb: KnowledgeBaseLike, encode: QueryEncoder):
         super().__init__(kb)
         self.encode = encode
 
@@ -167,12 +161,12 @@ class BM25Retriever(Retriever):
     name = "bm25"
     scaled = False
 
-    def __init__(self, kb, progress: bool = True):
+    def __init__(self, kb: KnowledgeBaseLike, progress: bool = True):
         super().__init__(kb)
         self.progress = progress
         self._index = None  # (BM25Index, excluded rows) of the current knowledge base
 
-    def use_knowledge_base(self, kb) -> None:
+    def use_knowledge_base(self, kb: KnowledgeBaseLike) -> None:
         super().use_knowledge_base(kb)
         self._index = None
 
@@ -191,12 +185,12 @@ class HybridRetriever(Retriever):
     name = "hybrid"
     scaled = False
 
-    def __init__(self, kb, retrievers: Sequence[Retriever], depth: int = HYBRID_DEPTH):
+    def __init__(self, kb: KnowledgeBaseLike, retrievers: Sequence[Retriever], depth: int = HYBRID_DEPTH):
         super().__init__(kb)
         self.retrievers = list(retrievers)
         self.depth = positive_int(depth, "hybrid depth")
 
-    def use_knowledge_base(self, kb) -> None:
+    def use_knowledge_base(self, kb: KnowledgeBaseLike) -> None:
         super().use_knowledge_base(kb)
         for retriever in self.retrievers:
             retriever.use_knowledge_base(kb)
@@ -209,7 +203,7 @@ class HybridRetriever(Retriever):
         return reciprocal_rank_fusion(lists, k)
 
 
-def make_retriever(name: str, kb, encode: QueryEncoder | None = None, progress: bool = True) -> Retriever:
+def make_retriever(name: str, kb: KnowledgeBaseLike, encode: QueryEncoder | None = None, progress: bool = True) -> Retriever:
     """The retriever called ``name`` (one of :data:`RETRIEVERS`) over ``kb``; dense and hybrid need the
     query encoder ``encode``."""
     if name not in RETRIEVERS:

@@ -218,6 +218,12 @@ class PassageStore:
         )
         return np.fromiter((r[0] for r in result), dtype=np.int64, count=len(result))
 
+    def deletions(self) -> dict[int, int]:
+        """``{version: rows marked deleted as of it}`` over every version that deleted some."""
+        counts = self._query("SELECT deleted_version, COUNT(*) FROM passages WHERE deleted_version IS NOT NULL "
+                             "GROUP BY deleted_version")
+        return {int(version): int(count) for version, count in counts}
+
     def iter_rows(self, start: int = 0, stop: int | None = None, batch: int = 2048) -> Iterator[tuple[int, Passage, int | None]]:
         """``(row, passage, deleted_version)`` for rows ``start <= row < stop`` in order, fetched in batches."""
         position = start

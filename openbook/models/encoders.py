@@ -45,7 +45,7 @@ COMPUTE_DTYPES = ("float32", "bfloat16", "int8")
 MAX_LENGTH_CAP = 512
 # Passages per forward pass of encode_passages (length-sorted, so a batch's passages have nearly one length).
 # Smaller batches keep a layer's activations in cache. all-MiniLM-L6-v2 on 1,000 demo passages, 2 AVX-512 cores
-# (`PYTHONPATH=. .venv/bin/python bench/build_throughput.py`, docs/build_throughput.txt), passages/s at 16 vs 64:
+# (`PYTHONPATH=. .venv/bin/python bench/build_throughput.py`, docs/logs/build_throughput.txt), passages/s at 16 vs 64:
 # float32 80.4 vs 74.8, int8 190.1 vs 151.4, bfloat16 124.5 vs 130.3.
 PASSAGE_BATCH = 16
 NORMALIZED_SCORE_SCALE = 20.0
@@ -84,8 +84,8 @@ class Encoder(torch.nn.Module):
         dtype: compute type of ``encode_queries``/``encode_passages``: ``"float32"``, ``"bfloat16"`` (CPU
             autocast) or ``"int8"`` (a dynamically quantised copy of the model, x86 CPUs:
             :func:`openbook.models.precision.quantize_int8`). ``forward`` (training) always runs in float32.
-            float32 is the default because bfloat16 measured slower on CPU without AMX and reordered top-5
-            results for 1 question in 100 (``bench/encode_speed.py``); int8 encodes 1.4x faster than float32
+            float32 is the default because bfloat16 measured slower on CPU without AMX and reordered some
+            top-5 results (``bench/encode_speed.py``); int8 encodes faster than float32
             on an AVX2 CPU and keeps NQ gold recall@5 (``bench/build_throughput.py``). Any of them can also
             run compiled (``encode_passages(compile=True)``, ``kb build --compile``).
     """

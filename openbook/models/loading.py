@@ -13,7 +13,7 @@ folder whose config names its own Python classes (``auto_map``) loads transforme
 fails with a clear error, and never prompts or runs that code. Loads are silent: transformers' progress
 bars are switched off while openbook loads (and saves) a model, and restored after.
 
-A GGUF file takes ~25 s to dequantise, so the first load converts it to a plain float32 safetensors
+A GGUF file takes tens of seconds to dequantise, so the first load converts it to a plain float32 safetensors
 copy (model, tokenizer and chat template) under the cache directory -- ``$OPENBOOK_CACHE`` if set, else
 ``~/.cache/openbook`` -- and later loads read that copy. The copy is written to a temporary folder and
 moved into place with ``os.replace``, so an interrupted conversion never leaves a half-written cache.
@@ -73,7 +73,8 @@ def load_encoder(name_or_path: str = "default", **kwargs) -> Encoder:
         kwargs.setdefault("name", ENCODER_ALIASES[1])
         with quiet_loading():
             return Encoder.from_pretrained(str(packaged_minilm_path()), **kwargs)
-    kwargs.setdefault("name", str(name_or_path))
+    local = Path(name_or_path)  # a local folder is recorded resolved: the same encoder from any directory
+    kwargs.setdefault("name", str(local.resolve()) if local.exists() else str(name_or_path))
     return _load_offline(name_or_path, lambda source, **hf: Encoder.from_pretrained(source, **kwargs, **hf))
 
 

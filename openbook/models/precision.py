@@ -5,10 +5,10 @@ those products in hardware; elsewhere PyTorch emulates it, slower than float32. 
 dynamic quantisation (:func:`quantize_int8`): every linear layer but the output head keeps its weights
 as int8 with one scale per output channel, and quantises its input on the fly, per call and per tensor;
 FBGEMM's integer kernels run it on any x86-64 CPU with AVX2, CPU only. It is never automatic: on the
-shipped default it answers 1.35x faster than float32 on an AVX2 CPU (``bench/ask_latency.py``) but scores
-27.2% exact match on held-out NQ instead of 46.3% (``scripts/eval_default.sh nq-int8``), because one scale
-per tensor cannot hold the model's outlier activations: the input of block 11's MLP down-projection reaches
-2,971 where its 99.9th percentile is 1.2, so all its other values round to zero
+shipped default it answers faster than float32 on an AVX2 CPU (``bench/ask_latency.py``) but scores far
+lower exact match on held-out NQ (``scripts/eval_default.sh nq-int8``; the model card has the figures), because one
+scale per tensor cannot hold the model's outlier activations: the input of block 11's MLP down-projection reaches
+thousands of times its 99.9th percentile, so all its other values round to zero
 (``bench/activation_outliers.py``). ``auto`` picks bfloat16 where :func:`bf16_hardware` says so, else
 float32. Generators return their logits as float32 and take log-softmax (and every marginal over documents)
 there, whatever the weights' type.
@@ -99,8 +99,7 @@ class ExportedInt8:
     (one scale for the tensor), the weights to 8 bits per output channel. Inductor, with frozen weights,
     lowers each of them to one oneDNN quantised linear kernel with packed weights; attention, normalisation and
     the rest stay float32. (torchao's ``Int8DynamicActivationInt8WeightConfig``, one scale per row, which this
-    replaced, encoded slower: 174.7-183.2 passages/s against 187.9-205.1, ``bench/build_throughput.py`` runs
-    3-4 and 5-6 in ``docs/``.) Returns what the model returns."""
+    replaced, encoded slower in ``bench/build_throughput.py``'s runs: docs/benchmarks.md.) Returns what the model returns."""
 
     def __init__(self, model: nn.Module):
         self.model: nn.Module | None = model.eval()

@@ -1,7 +1,8 @@
 """Putting a model together from names: generators, encoders, knowledge bases, trained runs.
 
 This is where the layers meet, above :mod:`openbook.rag.model` and :mod:`openbook.rag.closed_book` (it
-imports both; they never import it at module level): a knowledge base is built by encoding passages
+imports both; they never import it, not even inside a function: ``RAG.load`` is handed :func:`load_model` by
+:mod:`openbook.rag`): a knowledge base is built by encoding passages
 (corpus) with a document encoder (models) into an index (index); a generator name becomes the right
 adapter; a training run directory (``run.json`` + checkpoint) becomes its trained model again
 (:func:`load_run`). :func:`load_model` is the one function every command builds its model with.
@@ -22,7 +23,7 @@ from openbook.atomic import atomic_output
 from openbook.corpus import Passage, read_passages
 from openbook.data import default_run_path, demo_passages_path
 from openbook.errors import InputError
-from openbook.index import KnowledgeBase, ShardedKnowledgeBase, load_knowledge_base
+from openbook.index import KnowledgeBase, KnowledgeBaseLike, load_knowledge_base
 from openbook.index.kb import FORMAT_VERSION, read_manifest, stored_format_version
 from openbook.index.kb.layout import sha256_file
 from openbook.index.sharded import stored_encoder_info
@@ -39,7 +40,6 @@ from openbook.models.weights import load_tensors, load_weights, read_tensors, we
 from openbook.rag.closed_book import ClosedBook
 from openbook.rag.model import RAG
 
-LOADED = (KnowledgeBase, ShardedKnowledgeBase)  # a loaded knowledge base, not a path
 SHIPPED_VECTORS = "embeddings-minilm.f16.npy"  # d(z) of the demo corpus by the default encoder
 
 
@@ -163,16 +163,16 @@ def encoder_name(encoder: str | None, kb=None) -> str:
     was built with, else the offline default (``"default"``). A ``kb`` path is read first, so that a
     wrong one fails before any model is loaded."""
     built_with = None
-    if kb is not None and not isinstance(kb, LOADED):
+    if kb is not None and not isinstance(kb, KnowledgeBaseLike):
         built_with = stored_encoder_info(kb).get("name")
-    elif isinstance(kb, LOADED):
+    elif isinstance(kb, KnowledgeBaseLike):
         built_with = kb.encoder_info.get("name")
     return encoder if encoder is not None else built_with or "default"
 
 
 def load_rag(
     model: str | None = None,
-    kb: str | Path | KnowledgeBase | ShardedKnowledgeBase | None = None,
+    kb: str | Path | KnowledgeBaseLike | None = None,
     generator: str = "default",
     encoder: str | Encoder | None = None,
     **kwargs,
@@ -193,7 +193,7 @@ def load_rag(
         query_encoder = _encoder(encoder, kb)
     if kb is None:
         knowledge = demo_knowledge_base(query_encoder)
-    elif isinstance(kb, LOADED):
+    elif isinstance(kb, KnowledgeBaseLike):
         knowledge = kb
     else:
         knowledge = load_knowledge_base(kb, expected_encoder=query_encoder.info())
@@ -271,7 +271,7 @@ REQUIRED_RUN_KEYS = ("model", "generator", "encoder")
 
 def _as_location(value):
     """A local path as an absolute path (the run may be loaded from another directory); names unchanged."""
-    if value is None or isinstance(value, LOADED):
+    if value is None or isinstance(value, KnowledgeBaseLike):
         return None if value is None else str(Path(value.path).resolve())
     path = Path(value)
     return str(path.resolve()) if path.exists() else str(value)

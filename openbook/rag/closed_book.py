@@ -25,10 +25,10 @@ from openbook.errors import InputError
 from openbook.models.generators import Contexts, Generator
 from openbook.models.pieces import token_pieces
 from openbook.presets import INTERACTIVE
+from openbook.rag.answer import Answer, check_decoding_options, check_questions
 from openbook.rag.boundary import answer_texts
 from openbook.rag.decoding import beam_config_for, rag_token_decode
 from openbook.rag.marginal import rag_token_nll
-from openbook.rag.model import Answer, check_decoding_options, check_questions
 
 __all__ = ["CLOSED_BOOK_CHAT_PROMPT", "CLOSED_BOOK_PLAIN_PROMPT", "ClosedBook"]
 

@@ -99,7 +99,7 @@ def _per_doc_beams(generator: Generator, memory: Memory, n_rows: int, cfg: BeamC
     The rows attend to their context through its attention mask. Deliberately not transformers':
     ``RagSequenceForGeneration.generate`` runs these beams with ``attention_mask=None``, so a padded context
     is attended to with its pads (it pads every context to ``max_combined_length``); the paper's
-    p(y|x,z) is of the context itself (tests/test_transformers_differences.py).
+    p(y|x,z) is of the context itself (tests/rag/test_transformers_differences.py).
     """
     device = memory.attention_mask.device  # the generator's: its contexts were encoded there
     state = generator.begin(memory, torch.arange(n_rows, device=device))

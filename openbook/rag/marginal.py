@@ -89,7 +89,7 @@ def rag_sequence_nll(
     Deliberately not transformers': its ``RagSequenceForGeneration.get_nll`` adds log p(z|x) at the second
     target position, so for a target with one scored token (the second position is padding, or absent) the
     prior is dropped and the loss is -log sum_z p(y|x,z). The paper's eq. 1 keeps p(z|x) for every target
-    length, and so does this function (tests/test_transformers_differences.py).
+    length, and so does this function (tests/rag/test_transformers_differences.py).
     """
     seq_ll = sequence_logprob_per_doc(token_logprobs, targets, mask, exclude_first) + doc_logprobs
     nll = -torch.logsumexp(seq_ll, dim=1)

@@ -13,21 +13,21 @@ The knowledge base can be swapped in one call (``use_knowledge_base``) without r
 from __future__ import annotations
 
 import math
-import numbers
-from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 import numpy as np
 import torch
 from torch import nn
 
-from openbook.errors import InputError, positive_int
-from openbook.index import KnowledgeBase
-from openbook.index.retriever import RETRIEVERS, Retriever, check_k, make_retriever, retrieval_logprobs
+from openbook.errors import InputError, check_k
+from openbook.index import KnowledgeBaseLike
+from openbook.index.retriever import RETRIEVERS, Retriever, make_retriever, retrieval_logprobs
 from openbook.models.encoders import Encoder, default_score_scale
 from openbook.models.generators import Generator, Memory
 from openbook.models.pieces import token_pieces
-from openbook.presets import DECODINGS, INTERACTIVE, MODELS
+from openbook.presets import INTERACTIVE, MODELS
+from openbook.rag.answer import Answer, RetrievedPassage, check_decoding_options, check_questions
 from openbook.rag.boundary import answer_texts
 from openbook.rag.decoding import beam_config_for, rag_sequence_decode, rag_sequence_decode_lazy, rag_token_decode
 from openbook.rag.marginal import (
@@ -38,50 +38,6 @@ from openbook.rag.marginal import (
     token_doc_posterior,
 )
 
-# Bounds on the work one call may ask for (a user's typo must not take hours or all memory): beams as
-# wide as anyone decodes with (the paper used 4; transformers' examples go to 10-50), and answers of
-# at most this many tokens (every openbook generator's context budget is smaller than this).
-MAX_BEAMS = 64
-MAX_NEW_TOKENS = 1024
-
-
-@dataclass
-class RetrievedPassage:
-    id: str
-    title: str
-    text: str
-    score: float  # d(z)^T q(x)
-    prob: float  # p_eta(z|x) over the top k
-    posterior: float | None = None  # p(z|x,y) given the generated answer
-
-
-@dataclass
-class Answer:
-    question: str
-    answer: str
-    model: str
-    passages: list[RetrievedPassage]
-    tokens: list[str] = field(default_factory=list)  # the answer's tokens, as generated (the tokenizer's pieces)
-    token_texts: list[str] = field(default_factory=list)  # the text each token adds to the answer (for people)
-    alternatives: list[str] = field(default_factory=list)  # the next-best hypotheses (n-best), best first
-    token_posteriors: list[list[float]] | None = None  # RAG-Token: p(z_t|x,y_<=t) per token, per passage
-    truncated: bool = False  # decoding hit max_new_tokens (no EOS): the text was cut back to a whole word/sentence
-
-    def to_dict(self, full: bool = False) -> dict:
-        out = {
-            "question": self.question,
-            "answer": self.answer,
-            "model": self.model,
-            "truncated": self.truncated,
-            "passages": [
-                {k: v for k, v in asdict(p).items() if full or k != "posterior"} for p in self.passages
-            ],
-        }
-        if full:
-            out["tokens"], out["token_texts"] = self.tokens, self.token_texts
-            out["token_posteriors"] = self.token_posteriors
-        return out
-
 
 @dataclass
 class Retrieval:
@@ -89,41 +45,6 @@ class Retrieval:
     ids: np.ndarray  # (B, K) row numbers in the knowledge base
     scores: torch.Tensor  # (B, K) inner products, differentiable w.r.t. the query encoder
     doc_logprobs: torch.Tensor  # (B, K) log p(z|x)
-
-
-def check_questions(questions: Sequence[str]) -> list[str]:
-    """Questions must be non-empty strings; the error names the first bad one by position."""
-    if isinstance(questions, str):
-        questions = [questions]
-    questions = list(questions)
-    if not questions:
-        raise InputError("no question given")
-    for i, q in enumerate(questions, 1):
-        if not isinstance(q, str):
-            raise InputError(f"question {i} is not text but {type(q).__name__}")
-        if not q.strip():
-            raise InputError(f"question {i} is empty" + (" (only whitespace)" if q else ""))
-    return [q.strip() for q in questions]
-
-
-def check_decoding_options(decoding: str, num_beams: int, max_new_tokens: int, min_new_tokens: int,
-                           length_penalty: float, n_best: int) -> None:
-    """The decoding options of ``ask`` (RAG and closed-book), refused with one clear error each."""
-    if decoding not in DECODINGS:
-        raise InputError(f"decoding must be one of {', '.join(DECODINGS)}, not {decoding!r}")
-    if positive_int(num_beams, "num_beams") > MAX_BEAMS:
-        raise InputError(f"num_beams must be at most {MAX_BEAMS}, got {num_beams}")
-    if positive_int(max_new_tokens, "max_new_tokens") > MAX_NEW_TOKENS:
-        raise InputError(f"max_new_tokens must be at most {MAX_NEW_TOKENS}, got {max_new_tokens}")
-    if min_new_tokens != 0:
-        positive_int(min_new_tokens, "min_new_tokens")
-    if min_new_tokens > max_new_tokens:
-        raise InputError(f"min_new_tokens ({min_new_tokens}) must not exceed max_new_tokens ({max_new_tokens})")
-    if isinstance(length_penalty, bool) or not isinstance(length_penalty, numbers.Real) or not math.isfinite(
-            length_penalty):  # numpy floats are numbers too, as numpy integers are for positive_int
-        raise InputError(f"length_penalty must be a finite number, got {length_penalty!r}")
-    if not 1 <= positive_int(n_best, "n_best") <= num_beams:
-        raise InputError(f"n_best must be between 1 and the number of beams ({num_beams}), got {n_best}")
 
 
 class RAG(nn.Module):
@@ -135,7 +56,7 @@ class RAG(nn.Module):
         kb: the knowledge base (document vectors d(z), passages, MIPS index), frozen.
         model: ``"rag-sequence"`` or ``"rag-token"``.
         k: documents retrieved per input (paper: 5 or 10 in training; at most
-            :data:`~openbook.index.retriever.MAX_K`, clamped to the knowledge base when retrieving).
+            :data:`~openbook.errors.MAX_K`, clamped to the knowledge base when retrieving).
         score_scale: multiplies d(z)^T q(x) before the softmax. DPR's unnormalised vectors use 1; with
             L2-normalised encoders (cosine scores in [-1, 1]) p(z|x) is nearly uniform, so the default
             there is 20. ``learn_scale=True`` makes it a trained parameter (stored as a log).
@@ -147,7 +68,7 @@ class RAG(nn.Module):
         self,
         query_encoder: Encoder,
         generator: Generator,
-        kb: KnowledgeBase,
+        kb: KnowledgeBaseLike,
         model: str = "rag-sequence",
         k: int = 5,
         score_scale: float | None = None,
@@ -174,7 +95,7 @@ class RAG(nn.Module):
 
     # ------------------------------------------------------------------------------ knowledge base
 
-    def _check_kb(self, kb: KnowledgeBase) -> None:
+    def _check_kb(self, kb: KnowledgeBaseLike) -> None:
         dim = self.query_encoder.dim if hasattr(self.query_encoder, "dim") else None
         if isinstance(dim, int) and kb.dim != dim:
             raise InputError(
@@ -182,27 +103,32 @@ class RAG(nn.Module):
                 f"{getattr(self.query_encoder, 'name', '?')!r} gives {dim}-d vectors"
             )
 
-    def use_knowledge_base(self, kb: KnowledgeBase) -> KnowledgeBase:
+    def use_knowledge_base(self, kb: KnowledgeBaseLike) -> KnowledgeBaseLike:
         """Hot-swap the non-parametric memory (no model reload); returns the previous one."""
         self._check_kb(kb)
         self.retriever.use_knowledge_base(kb)
         previous, self.kb = self.kb, kb
         return previous
 
+    #: The function :meth:`load` builds with: :func:`openbook.rag.assemble.load_model`, the one loader. It sits
+    #: above this module, which never imports it; importing :mod:`openbook.rag` (as ``from openbook.rag.model
+    #: import RAG`` does first) hands it in here.
+    loader: Callable[..., RAG] | None = None
+
     @classmethod
     def load(cls, model: str | None = None, kb=None, generator: str = "default", encoder: str | None = None,
              dtype: str = INTERACTIVE.dtype, **options) -> RAG:
-        """A RAG model from names, in eval mode (:func:`openbook.rag.assemble.load_model`, imported here, not at
-        module level, because the loader sits above this module). With no names it is the shipped fine-tuned
-        default; ``untrained=True`` gives the packaged generator without its adapters, ``run=DIR`` a training
-        run; ``dtype`` is the generator's (``"float32"``, ``"bfloat16"``, ``"int8"``, or ``"auto"``: bfloat16 where
-        the CPU computes it natively, as ``openbook ask``'s, :data:`~openbook.presets.INTERACTIVE`); ``k``,
-        ``retriever`` and the :class:`RAG` options (``learn_scale``, ``score_scale``) pass through."""
-        from openbook.rag.assemble import load_model
-
+        """A RAG model from names, in eval mode (:func:`openbook.rag.assemble.load_model`). With no names it is
+        the shipped fine-tuned default; ``untrained=True`` gives the packaged generator without its adapters,
+        ``run=DIR`` a training run; ``dtype`` is the generator's (``"float32"``, ``"bfloat16"``, ``"int8"``, or
+        ``"auto"``: bfloat16 where the CPU computes it natively, as ``openbook ask``'s,
+        :data:`~openbook.presets.INTERACTIVE`); ``k``, ``retriever`` and the :class:`RAG` options
+        (``learn_scale``, ``score_scale``) pass through."""
         if model == "closed-book":
             raise InputError("RAG.load builds a RAG model; the closed-book generator is ClosedBook")
-        return load_model(model=model, kb=kb, generator=generator, encoder=encoder, dtype=dtype, **options)
+        if cls.loader is None:  # only while openbook.rag itself is being imported
+            raise RuntimeError("RAG.load needs openbook.rag.assemble: import openbook.rag first")
+        return cls.loader(model=model, kb=kb, generator=generator, encoder=encoder, dtype=dtype, **options)
 
     @property
     def score_scale(self) -> torch.Tensor:
@@ -216,9 +142,10 @@ class RAG(nn.Module):
     def retrieve(self, questions: Sequence[str], k: int | None = None) -> Retrieval:
         """Top-k passages from the retriever, with p(z|x) (differentiable w.r.t. the query encoder for dense).
 
-        ``k`` (default: the model's) is checked and clamped to the knowledge base by the retriever."""
+        ``k`` (default: the model's) is checked here (:func:`openbook.errors.check_k`), where it enters, and
+        clamped to the knowledge base by the retriever."""
         questions = check_questions(questions)
-        hits = self.retriever.retrieve(questions, self.k if k is None else k)
+        hits = self.retriever.retrieve(questions, self.k if k is None else check_k(k))
         scores = hits.scores
         if not isinstance(scores, torch.Tensor):
             scores = torch.from_numpy(np.ascontiguousarray(scores, dtype=np.float32))

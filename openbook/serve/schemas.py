@@ -1,10 +1,11 @@
 """The HTTP API's requests and responses as pydantic models, so that ``/openapi.json`` and ``/docs``
-describe exactly what the server takes and gives (the contract: docs/serve API, ``openbook serve --help``).
+describe exactly what the server takes and gives (the contract: docs/guide/serving.md, ``openbook serve --help``).
 
-The caps here (:data:`MAX_K`, :data:`MAX_BEAMS`, :data:`MAX_NEW_TOKENS`, :data:`MAX_QUESTIONS`,
-:data:`MAX_ROWS`, :data:`MAX_EDIT`) bound the work one request may ask for; the longest question is a server flag
+The caps here (:data:`MAX_BEAMS`, :data:`MAX_NEW_TOKENS`, :data:`MAX_QUESTIONS`, :data:`MAX_ROWS`,
+:data:`MAX_EDIT`; k's is :data:`openbook.errors.MAX_K`, checked by :func:`openbook.errors.check_k` as everywhere)
+bound the work one request may ask for; the longest question is a server flag
 (``--max-question-chars``), checked by the app. :data:`MAX_ROWS` also bounds what the worker gathers into one
-batch: the other caps alone would let one request decode 32 x 20 x 8 = 5,120 sequences at once; decoding's memory
+batch: the other caps alone would let one request decode 32 x 100 x 8 = 25,600 sequences at once; decoding's memory
 grows with them (``bench/ask_memory.py``: the default model's peak at 256).
 """
 
@@ -14,9 +15,9 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from openbook.errors import MAX_K, check_k
 from openbook.presets import DECODINGS, INTERACTIVE, MODELS, RETRIEVERS
 
-MAX_K = 20  # passages per question (the paper's test-time sweep peaks well below this)
 MAX_BEAMS = 8
 MAX_NEW_TOKENS = 64  # short answers; `openbook ask` goes further offline
 MAX_QUESTIONS = 32  # questions in one request
@@ -45,6 +46,14 @@ def check_sequences(questions: int, k: int, beams: int) -> None:
                          f"above the cap of {MAX_ROWS}: ask fewer questions at once, or lower k or beams")
 
 
+def _check_k(value: int | None) -> int | None:
+    return None if value is None else check_k(value)  # an InputError is a ValueError: a 422 naming k
+
+
+#: What the API documents of k (``/openapi.json``); :func:`_check_k` enforces it.
+K_BOUNDS = {"minimum": 1, "maximum": MAX_K}
+
+
 def _check_questions(value: Questions) -> Questions:
     items = [value] if isinstance(value, str) else value
     if not items:
@@ -60,8 +69,8 @@ def _check_questions(value: Questions) -> Questions:
 
 class AskRequest(Strict):
     question: Questions = Field(description=f"one question, or a list of at most {MAX_QUESTIONS}")
-    k: int | None = Field(None, ge=1, le=MAX_K, description="passages retrieved per question (null: the server's "
-                          "k, `openbook serve --k`, else the model's)")
+    k: int | None = Field(None, json_schema_extra=K_BOUNDS, description="passages retrieved per question (null: "
+                          "the server's k, `openbook serve --k`, else the model's)")
     model: Model | None = Field(None, description="rag-sequence or rag-token (null: the server's model)")
     # the defaults of `openbook ask` and RAG.ask: the interactive preset (openbook.presets.INTERACTIVE)
     decoding: Decoding = Field(INTERACTIVE.decoding, description="RAG-Sequence decoding: thorough, fast or lazy "
@@ -74,14 +83,16 @@ class AskRequest(Strict):
                          "greedy), then `done` with the response object (or `error`)")
 
     _questions = field_validator("question")(_check_questions)
+    _k = field_validator("k")(_check_k)
 
 
 class RetrieveRequest(Strict):
     question: Questions = Field(description=f"one question, or a list of at most {MAX_QUESTIONS}")
-    k: int | None = Field(None, ge=1, le=MAX_K, description="passages per question (null: the server's k)")
+    k: int | None = Field(None, json_schema_extra=K_BOUNDS, description="passages per question (null: the server's k)")
     retriever: RetrieverName = "dense"
 
     _questions = field_validator("question")(_check_questions)
+    _k = field_validator("k")(_check_k)
 
 
 class PassageOut(BaseModel):

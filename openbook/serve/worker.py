@@ -2,8 +2,8 @@
 
 That thread is a new one, or with a ``host`` the thread that runs :meth:`ModelThread.run`: ``openbook serve`` hands the
 model's loading and the worker's loop to its main thread (and serves HTTP from another), because PyTorch computed the
-same answers 1.26x faster in the main thread than in another thread of the same process
-(``bench/thread_speed.py``, docs/thread_speed.txt).
+same answers faster in the main thread than in another thread of the same process
+(``bench/thread_speed.py``, docs/logs/thread_speed.txt).
 
 The event loop never computes: an endpoint puts a :class:`Job` on the worker's bounded queue (:meth:`Worker.submit`,
 :class:`QueueFull` when full) and awaits its asyncio future, which the worker resolves from its thread with

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import json
 import os
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 import torch
 
@@ -98,6 +98,7 @@ def export_transformers(rag, out_dir: str | os.PathLike, *, force: bool = False,
         (tmp / EXPORT_NOTE).write_text(json.dumps({
             **(note or {}), "class": cls.__name__, "model": rag.model_type, "knowledge_base": str(rag.kb.path),
             "score_scale_folded_into_question_encoder": float(rag.score_scale.detach()),
+            "files": _files_in(tmp),  # what --force may replace: nothing else found there later
         }, indent=1) + "\n", encoding="utf-8")
     return out
 
@@ -152,6 +153,43 @@ def _check_destination(out: Path, force: bool) -> None:
             raise InputError(f"{out} exists and is not empty; give --force to replace an earlier export")
         if not (out / EXPORT_NOTE).is_file():
             raise InputError(f"{out} is not an openbook export (no {EXPORT_NOTE}); not replacing it, even with --force")
+        written = _recorded_files(out)
+        if written is None:
+            raise InputError(f"{out} does not list the files its export wrote (an export by an older openbook, or a "
+                             f"damaged {EXPORT_NOTE}), so --force cannot tell them from others: remove it yourself")
+        foreign = _foreign_files(out, {*written, EXPORT_NOTE})
+        if foreign:
+            shown = ", ".join(foreign[:5]) + (f" and {len(foreign) - 5} more" if len(foreign) > 5 else "")
+            raise InputError(f"refusing to replace export {out}: it also holds files the export did not write "
+                             f"({shown}); move them out first or choose another --out")
+
+
+def _files_in(folder: Path) -> list[str]:
+    """The files under ``folder``, as sorted relative POSIX paths (what an export's note lists)."""
+    return sorted(entry.relative_to(folder).as_posix() for entry in folder.rglob("*")
+                  if entry.is_symlink() or not entry.is_dir())
+
+
+def _recorded_files(out: Path) -> list[str] | None:
+    """The files the export at ``out`` wrote, as its note lists them, or None if it lists none."""
+    try:
+        written = json.loads((out / EXPORT_NOTE).read_text(encoding="utf-8")).get("files")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return written if isinstance(written, list) and all(isinstance(name, str) for name in written) else None
+
+
+def _foreign_files(out: Path, own: set[str]) -> list[str]:
+    """What ``out`` holds beyond the files ``own`` and their folders, each foreign folder named once."""
+    own_dirs = {parent.as_posix() for name in own for parent in PurePosixPath(name).parents}
+    foreign: list[str] = []
+    for entry in sorted(out.rglob("*")):
+        name = entry.relative_to(out).as_posix()
+        if any(name.startswith(f + "/") for f in foreign):
+            continue  # inside a foreign folder, named already
+        if name not in (own_dirs if entry.is_dir() and not entry.is_symlink() else own):
+            foreign.append(name)
+    return foreign
 
 
 def _trained_label_smoothing(run_dir) -> float:

@@ -186,13 +186,43 @@ def load_checkpoint(out_dir: Path, rag, optimizer) -> TrainState:
         raise InputError(f"{path / OPTIMIZER_FILE} does not fit the optimiser being resumed: {exc}") from None
     rng, data = read_tensors(path / RNG_FILE, with_data=True)
     try:
-        python = data["python"]
-        random.setstate((python["version"], tuple(python["state"]), python["gauss_next"]))
+        random.setstate(_python_rng_state(data["python"], (path / RNG_FILE).with_suffix(".json")))
         torch.set_rng_state(rng["torch"])
-        saved = json.loads((path / "state.json").read_text())["state"]
-        return TrainState(**saved)
+        return _train_state(json.loads((path / "state.json").read_text())["state"], path / "state.json")
     except (KeyError, TypeError, ValueError, RuntimeError) as exc:
         raise InputError(f"{path} holds a damaged training state: {type(exc).__name__}: {exc}") from None
+
+
+def _whole(value, low: int, high: int | None = None) -> bool:
+    """Whether ``value`` is an int (not a bool) from ``low`` to ``high`` (inclusive; no bound if None)."""
+    return (isinstance(value, int) and not isinstance(value, bool) and value >= low
+            and (high is None or value <= high))
+
+
+def _python_rng_state(saved, where: Path) -> tuple:
+    """``random.setstate``'s argument from rng.json, checked: Mersenne Twister's 624 32-bit words and its
+    position (InputError naming the file, where ``random`` would raise OverflowError or accept garbage)."""
+    words = saved.get("state") if isinstance(saved, dict) else None
+    gauss = saved.get("gauss_next") if isinstance(saved, dict) else None
+    if not (isinstance(words, list) and len(words) == 625 and all(_whole(w, 0, 2**32 - 1) for w in words[:624])
+            and _whole(words[624], 0, 624) and _whole(saved.get("version"), 1)
+            and (gauss is None or (isinstance(gauss, float) and math.isfinite(gauss)))):
+        raise InputError(f"{where} holds a damaged random state (expected Python's: a version, 624 32-bit words "
+                         "and a position, and gauss_next)")
+    return saved["version"], tuple(words), gauss
+
+
+def _train_state(saved, where: Path) -> TrainState:
+    """The TrainState of state.json, checked: whole step, epoch and position of at least 0, a list of history."""
+    if not isinstance(saved, dict) or set(saved) - set(TrainState.__dataclass_fields__):
+        raise InputError(f"{where} holds a damaged training state (not a step, epoch, position and history)")
+    for name in ("step", "epoch", "position"):
+        if name in saved and not _whole(saved[name], 0):
+            raise InputError(f"{where} holds a damaged training state: {name} must be a whole number of at "
+                             f"least 0, got {saved[name]!r}")
+    if not isinstance(saved.get("history", []), list):
+        raise InputError(f"{where} holds a damaged training state: history must be a list")
+    return TrainState(**saved)
 
 
 def _split_optimizer_state(state_dict: dict) -> tuple[dict, dict]:

@@ -24,9 +24,9 @@ from typing import Any
 import numpy as np
 
 from openbook.atomic import atomic_dir
-from openbook.errors import InputError
+from openbook.errors import InputError, positive_int
 from openbook.index.bm25.terms import _Tokenizer, passage_string, stopword_list
-from openbook.index.dense import check_exclude, check_k
+from openbook.index.dense import check_exclude
 
 FORMAT_VERSION = 1
 META_FILE = "openbook-bm25.json"
@@ -243,7 +243,7 @@ class BM25Index:
         for i, query in enumerate(queries, 1):
             if not isinstance(query, str):
                 raise InputError(f"query {i} is not text but {type(query).__name__}")
-        k = min(check_k(k), len(self))
+        k = min(positive_int(k, "k"), len(self))
         mask = _exclusion_mask(exclude, len(self))
         out_scores = np.empty((len(queries), k), dtype=np.float32)
         out_ids = np.empty((len(queries), k), dtype=np.int64)

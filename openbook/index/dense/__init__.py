@@ -36,7 +36,7 @@ transform shared by the other kinds), :mod:`~openbook.index.dense.hnsw` (hnsw an
 """
 
 from openbook.index.dense.base import INDEX_ALIASES, INDEX_TYPES, DenseIndex, index_class, register_index
-from openbook.index.dense.checks import as_float32_matrix, check_exclude, check_k
+from openbook.index.dense.checks import as_float32_matrix, check_exclude
 from openbook.index.dense.flat import FlatIPIndex
 from openbook.index.dense.hnsw import HNSWIndex, HNSWSQ8Index
 from openbook.index.dense.ivfpq import OPQ_ITERATIONS, IVFPQIndex, default_nlist, default_nprobe, default_pq_m
@@ -54,7 +54,6 @@ __all__ = [
     "IVFPQIndex",
     "as_float32_matrix",
     "check_exclude",
-    "check_k",
     "default_nlist",
     "default_nprobe",
     "default_pq_m",

@@ -26,7 +26,7 @@ import numpy as np
 
 from openbook.atomic import atomic_output
 from openbook.errors import InputError, positive_int
-from openbook.index.dense.checks import _positive_int, as_float32_matrix, check_exclude, check_k
+from openbook.index.dense.checks import _positive_int, as_float32_matrix, check_exclude
 from openbook.index.dense.gpu import on_gpus
 
 INDEX_TYPES: dict[str, type["DenseIndex"]] = {}
@@ -191,7 +191,7 @@ class DenseIndex:
         passages). Missing results (too many excluded, or an approximate search that found fewer) have id
         -1 and score -inf. After :meth:`rerank_with`, candidates are re-scored exactly.
         """
-        k = min(check_k(k), self.ntotal)
+        k = min(positive_int(k, "k"), self.ntotal)
         queries = as_float32_matrix(queries, "query vectors", self.dim, allow_1d=True)
         if self.ntotal == 0:
             raise InputError("cannot search an empty index: add vectors first")

@@ -27,11 +27,6 @@ def as_float32_matrix(vectors, what: str, dim: int | None = None, allow_1d: bool
     return np.ascontiguousarray(array)
 
 
-def check_k(k) -> int:
-    """Return ``k`` as an int if it is a positive integer, else raise InputError."""
-    return positive_int(k, "k (number of passages to retrieve)")
-
-
 def check_exclude(exclude) -> np.ndarray | None:
     """Return the ids in ``exclude`` as a sorted unique int64 array (None when there are none)."""
     if exclude is None:

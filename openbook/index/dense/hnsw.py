@@ -118,7 +118,7 @@ class HNSWSQ8Index(_HNSWParams):
     """HNSW over 8-bit scalar-quantized vectors (``faiss.IndexHNSWSQ``, DPR's ``DenseHNSWSQIndexer``).
 
     Same parameters as :class:`HNSWIndex`. The transformed vectors are padded with zeros to a multiple
-    of 8 dimensions (FAISS's SIMD scalar-quantizer code needs that; without it building is ~7x slower)
+    of 8 dimensions (FAISS's SIMD scalar-quantizer code needs that; without it building is several times slower)
     by a :func:`_padding_transform` in front of the graph, which also records phi. Needs training:
     :meth:`train` fixes phi (unless given) from all the vectors it is given and sets each dimension's
     quantization range to their exact min/max (computed in chunks, so all vectors can be passed).

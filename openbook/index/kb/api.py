@@ -14,9 +14,10 @@ import numpy as np
 
 from openbook.corpus import Passage
 from openbook.corpus.readers import RecordErrors
-from openbook.errors import InputError, KnowledgeBaseError
-from openbook.index.dense import DenseIndex, check_k, index_class
+from openbook.errors import InputError, KnowledgeBaseError, positive_int
+from openbook.index.dense import DenseIndex, index_class
 from openbook.index.kb.build import build_and_publish
+from openbook.index.kb.counts import check_counts
 from openbook.index.kb.edit import add_passages, delete_passages, update_passages, use_version
 from openbook.index.kb.folder import check_out_dir
 from openbook.index.kb.indexing import _check_index_params, _load_embeddings, _load_index, _search_excluding
@@ -24,8 +25,6 @@ from openbook.index.kb.layout import (
     DEFAULT_DTYPE,
     DEFAULT_INDEX,
     FORMAT_VERSION,
-    MANIFEST_FILE,
-    REBUILD_HINT,
     RERANK_FACTOR,
     STORE_FILE,
     EncodePassages,
@@ -142,12 +141,11 @@ class KnowledgeBase:
         embeddings = _load_embeddings(path, manifest)
         index = _load_index(path, manifest, mmap)
         store = PassageStore.open(path / STORE_FILE)
-        if store.num_rows() < manifest["num_rows"]:
+        try:
+            check_counts(path, manifest, store)
+        except KnowledgeBaseError:
             store.close()
-            raise KnowledgeBaseError(
-                f"{path / STORE_FILE} holds fewer rows than {MANIFEST_FILE} records ({manifest['num_rows']}); "
-                f"{REBUILD_HINT}"
-            )
+            raise
         return cls(path, manifest, version, store, embeddings, index)
 
     def reload(self, version: int | None = None) -> None:
@@ -325,7 +323,7 @@ class KnowledgeBase:
         Rows deleted as of this version or added after it are never returned. ``k`` greater than the
         number of passages is clamped to it with a warning.
         """
-        k = check_k(k)
+        k = positive_int(k, "k")
         if len(self) == 0:
             raise KnowledgeBaseError(f"knowledge base {self._path} has no passages at version {self._version}")
         if k > len(self):

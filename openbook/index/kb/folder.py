@@ -66,9 +66,18 @@ def _shown(names: list[str]) -> str:
 
 
 def check_out_dir(out_dir: str | os.PathLike) -> Path:
-    """``out_dir`` as a Path, or InputError if a build cannot publish there (the current directory or one
-    containing it: a build writes beside the folder and renames its result into place)."""
+    """``out_dir`` as a Path, or InputError if a build cannot publish there: the current directory or one
+    containing it (a build writes beside the folder and renames its result into place), a symbolic link
+    (the rename would replace the link, not fill what it points to) or a path through a file or a dangling link."""
     out = Path(out_dir)
+    if out.is_symlink():
+        state = "to a missing target" if not out.exists() else "to an existing folder"
+        raise InputError(f"cannot build a knowledge base at {str(out_dir)!r}: it is a symbolic link {state} "
+                         f"({os.readlink(out)}); give the real folder's path")
+    parent = next((p for p in out.parents if os.path.lexists(p)), None)
+    if parent is not None and not parent.is_dir():
+        raise InputError(f"cannot build a knowledge base at {str(out_dir)!r}: {parent} is not a directory"
+                         + (" (a dangling symbolic link)" if parent.is_symlink() else ""))
     cwd = Path.cwd().resolve()
     resolved = out.resolve()
     if out.name in ("", ".", "..") or resolved == cwd or resolved in cwd.parents:

@@ -4,6 +4,7 @@ as the manifest records it, and searching it while excluding rows invisible at a
 from __future__ import annotations
 
 import json
+import math
 import sys
 import warnings
 from collections.abc import Iterable
@@ -36,7 +37,10 @@ def parse_index_params(pairs: Iterable[str]) -> dict[str, Any]:
         key, sep, text = pair.partition("=")
         if not sep or not key.strip():
             raise InputError(f"index parameter {pair!r} must look like KEY=VALUE")
-        params[key.strip()] = _parse_value(text.strip())
+        value = _parse_value(text.strip())
+        if isinstance(value, float) and not math.isfinite(value):
+            raise InputError(f"index parameter {key.strip()} must be a finite number, got {text.strip()!r}")
+        params[key.strip()] = value
     return params
 
 

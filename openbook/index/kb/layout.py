@@ -104,10 +104,14 @@ def describe_encoder(encoder: dict[str, Any]) -> str:
 
 
 def check_encoder_matches(kb_path: Path, built_with: dict[str, Any], expected: dict[str, Any]) -> None:
-    """Raise KnowledgeBaseError naming both encoders if any identity key present in both differs."""
+    """Raise KnowledgeBaseError naming both encoders if any identity key present in both differs. Where both
+    record the weights' fingerprint, it identifies the weights and the name is not compared: the same
+    folder named ``./enc`` in one place and by its absolute path in another is the same encoder."""
+    fingerprinted = all(isinstance(info.get("weights_sha256"), str) for info in (built_with, expected))
     differs = [
         key for key in ENCODER_IDENTITY_KEYS
         if key in built_with and key in expected and built_with[key] != expected[key]
+        and not (key == "name" and fingerprinted)
     ]
     if differs:
         raise KnowledgeBaseError(

@@ -19,6 +19,7 @@ from types import SimpleNamespace
 from typing import Any
 
 from openbook.index.kb import KnowledgeBase, add_passages, delete_passages, read_manifest, update_passages, use_version
+from openbook.index.protocol import KnowledgeBaseLike
 from openbook.index.sharded.edit import add_sharded, delete_sharded, update_sharded, use_sharded_version
 from openbook.index.sharded.kb import ShardedKnowledgeBase, ShardedVectors, Snapshot
 from openbook.index.sharded.layout import SHARDS_FILE, is_sharded, read_shards_manifest
@@ -27,7 +28,8 @@ from openbook.index.sharded.split import shard_knowledge_base
 
 
 def load_knowledge_base(path: str | os.PathLike, expected_encoder: dict[str, Any] | None = None,
-                        version: int | None = None, verify: str = "auto", ray_address: str | None = None):
+                        version: int | None = None, verify: str = "auto",
+                        ray_address: str | None = None) -> KnowledgeBaseLike:
     """Open the knowledge base at ``path``, sharded (``shards.json``: its shards served in this process,
     or by Ray actors on the cluster at ``ray_address``) or not."""
     if is_sharded(path):

@@ -32,8 +32,7 @@ import numpy as np
 
 from openbook.corpus import Passage
 from openbook.corpus.readers import RecordErrors
-from openbook.errors import InputError, KnowledgeBaseError
-from openbook.index.dense import check_k
+from openbook.errors import InputError, KnowledgeBaseError, positive_int
 from openbook.index.kb import check_encoder_matches
 from openbook.index.kb.layout import EncodePassages
 from openbook.index.sharded.edit import add_sharded, delete_sharded, update_sharded, use_sharded_version
@@ -365,7 +364,7 @@ class ShardedKnowledgeBase:
         """Top-``k`` MIPS over all shards at this version, merged exactly (:func:`merge_topk`):
         ``(scores float32 (m, k), global rows int64 (m, k))``; ``k`` above the passages is clamped with a
         warning, as :meth:`KnowledgeBase.search` does."""
-        k = check_k(k)
+        k = positive_int(k, "k")
         snap = self._snapshot  # read once: the whole search sees one sharded version
         total = sum(snap.counts)
         if total == 0:
