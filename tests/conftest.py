@@ -10,8 +10,10 @@ or ``OPENBOOK_SLOW=1``, and are skipped otherwise. A test that loads a real defa
 marker fails at the load (:func:`_real_models_are_marked_slow`). The layout rule is in tests/README.md.
 """
 
+import json
 import os
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -76,3 +78,40 @@ def _real_models_are_marked_slow(request, monkeypatch):
 
     monkeypatch.setattr(loading, "packaged_minilm_path", guard(loading.packaged_minilm_path))
     monkeypatch.setattr(loading, "packaged_smollm2_gguf", guard(loading.packaged_smollm2_gguf))
+
+
+# ------------------------------------------------------------------ shared builders (tests/helpers/tiny_kb.py)
+
+
+@pytest.fixture
+def encoders(monkeypatch):
+    """``openbook kb``'s encoder loader replaced by hashed bag-of-words encoders; returns the names asked for."""
+    import openbook.commands.kb as kb_commands
+    from tiny_kb import BowEncoder
+
+    asked: list[str] = []
+    made = {}
+
+    def fake_load(name):
+        asked.append(name)
+        key = "fake/bow" if name in ("default", "fake/bow") else name
+        return made.setdefault(key, BowEncoder(key))
+
+    monkeypatch.setattr(kb_commands, "load_encoder", fake_load)
+    return asked
+
+
+@pytest.fixture
+def corpus_dir(tmp_path) -> Path:
+    """A small corpus in three formats: JSON Lines, a DPR TSV and a folder of text files."""
+    from tiny_kb import ARTICLES
+
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "articles.jsonl").write_text("".join(json.dumps(a) + "\n" for a in ARTICLES), encoding="utf-8")
+    (src / "psgs.tsv").write_text("id\ttext\ttitle\n100\tthe pacific is the largest ocean\tPacific\n",
+                                  encoding="utf-8")
+    notes = src / "notes"
+    notes.mkdir()
+    (notes / "volcano.md").write_text("# Volcanoes\n\na volcano erupts lava and ash", encoding="utf-8")
+    return src

@@ -38,6 +38,19 @@ def register(commands) -> None:
     hs.add_argument("--json", action="store_true", help="end with one JSON line of the four accuracies")
     hs.set_defaults(handler=run_hot_swap_command, subparser=hs)
     _register_paper_experiments(group)
+    for experiment in group.choices.values():  # one check for all: each plots at its end, after hours of work
+        experiment.set_defaults(handler=_with_extra(experiment.get_default("handler")))
+
+
+def _with_extra(handler):
+    """``handler``, refusing first (one line, exit 2) if the experiments extra is not installed."""
+    def run(args: argparse.Namespace) -> int:
+        from openbook.experiments import check_extra
+
+        check_extra()
+        return handler(args)
+
+    return run
 
 
 HOT_SWAP_MAX_NEW_TOKENS = 24

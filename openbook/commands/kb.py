@@ -19,7 +19,7 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-from openbook.commands import kb_shard, options, positive_int
+from openbook.commands import kb_build, kb_documents, kb_shard, options, positive_int
 from openbook.commands.kb_encode import RAY_BATCH, build_encode_passages, check_build_compile, encode_fn
 from openbook.presets import DTYPES, EMBEDDING_DTYPES, ON_ERROR
 
@@ -41,7 +41,8 @@ def register(subparsers) -> None:
     """Add the ``kb`` command group to the top-level ``subparsers``."""
     group = subparsers.add_parser(
         "kb",
-        help="build, inspect and edit knowledge bases (kb build | info | add | update | delete | versions | use | shard)",
+        help="build, inspect and edit knowledge bases (kb build | info | add | update | delete | versions | use | shard "
+             "| sync | list)",
         description="Knowledge-base commands. Run `openbook kb ACTION --help` for one of them.",
     )
     actions = group.add_subparsers(dest="kb_action", metavar="ACTION", required=True)
@@ -49,10 +50,11 @@ def register(subparsers) -> None:
     _register_info(actions)
     _register_add(actions)
     _register_update(actions)
-    _register_delete(actions)
+    delete = _register_delete(actions)
     _register_versions(actions)
     _register_use(actions)
     kb_shard.register(actions)
+    kb_documents.register(actions, delete, _kb_encoder, _record_errors)
 
 
 def _register_build(actions) -> None:
@@ -67,7 +69,10 @@ def _register_build(actions) -> None:
             "  *.jsonl[.gz]     {title, text} or {id, contents} records (DPR / FlashRAG / Pyserini)\n"
             "  *.tsv[.gz]       DPR psgs_w100.tsv: a header row, then id<TAB>text<TAB>title\n"
             "  *.parquet        columns title/text or contents (and optionally id)\n"
-            "  folder, *.txt, *.md  text files; title = first Markdown heading or the file name\n"
+            "  *.csv            a header row, then one record per row ('name: value' lines; --text-columns)\n"
+            "  *.txt, *.md      text in any common encoding; Markdown rendered (title = first heading)\n"
+            "  *.html, *.pdf, *.docx  main content, pages, paragraphs (pip install 'openbook[docs]')\n"
+            "  folder           every file of these types in it; each file not read is named, with why\n"
             "If the build is interrupted, running the same command again continues after the last\n"
             "completed batch (the state is kept in DIR.partial). DIR appears only once complete; an\n"
             "existing knowledge base at DIR is replaced only with --force (and locked against edits\n"
@@ -119,6 +124,7 @@ def _register_build(actions) -> None:
     build.add_argument("--restart", action="store_true",
                        help="discard the state of an interrupted build of DIR instead of continuing it")
     build.add_argument("--quiet", action="store_true", help="no progress bars")
+    kb_build.add_source_options(build)
     options.add_options(build, "device")
     build.set_defaults(handler=_cmd_build)
 
@@ -143,6 +149,7 @@ def _register_add(actions) -> None:
     add.add_argument("--batch-size", type=positive_int, default=256, metavar="N")
     add.add_argument("--description", default=None, help="describe this version (default: what changed)")
     add.add_argument("--quiet", action="store_true", help="no progress bars")
+    kb_build.add_source_options(add)
     options.add_options(add, "device")
     add.set_defaults(handler=_cmd_add)
 
@@ -166,12 +173,13 @@ def _register_update(actions) -> None:
     update.set_defaults(handler=_cmd_update, subparser=update)
 
 
-def _register_delete(actions) -> None:
-    delete = actions.add_parser("delete", help="delete passages by id (a new version; earlier ones keep them)")
+def _register_delete(actions):
+    delete = actions.add_parser("delete", help="delete passages by id or a whole --document (a new version; earlier ones keep them)")
     delete.add_argument("dir", metavar="DIR")
-    delete.add_argument("ids", nargs="+", metavar="ID")
+    delete.add_argument("ids", nargs="*", metavar="ID")
     delete.add_argument("--description", default=None, help="describe this version (default: what changed)")
     delete.set_defaults(handler=_cmd_delete)
+    return delete
 
 
 def _register_versions(actions) -> None:
@@ -249,15 +257,16 @@ def _cmd_build(args: argparse.Namespace) -> int:
     if args.restart and partial_dir(out).is_dir():
         with _locked(partial_dir(out) / LOCK_FILE, f"build directory {partial_dir(out)}"):  # not a running build's
             shutil.rmtree(partial_dir(out), ignore_errors=True)
+    errors = _record_errors(args.on_error)
+    report = kb_build.source_report(args, sources, args.max_words, errors)  # --strict: every file read first
     device = options.device(args)  # a missing GPU fails before the encoder loads
     check_build_compile(args)  # and so does --compile without a C++ compiler (or torchao for int8)
     encoder = load_encoder(args.encoder or "default").to(device)  # --encoder defaults to None in every command
-    errors = _record_errors(args.on_error)
     names = ", ".join(str(s) for s in args.sources)
     batch_size = args.batch_size or (RAY_BATCH if args.ray is not None else 256)
     with build_encode_passages(args, encoder) as encode_passages:
         kb = KnowledgeBase.build(
-            lambda: iter_source_passages(sources, args.max_words, errors),
+            lambda: iter_source_passages(sources, args.max_words, errors, report, args.text_columns),
             encode_passages,
             encoder.info(),
             out,
@@ -272,11 +281,7 @@ def _cmd_build(args: argparse.Namespace) -> int:
             source_info={"sources": [str(s.resolve()) for s in sources], "max_words": args.max_words},
             replace=args.force,
         )
-    manifest = kb.manifest
-    print(f"built knowledge base {kb.path}: {len(kb)} passages from {len(sources)} source(s)")
-    if errors.skipped:
-        print(f"  skipped {errors.skipped} malformed record(s); first: {errors.examples[0]}")
-    _print_summary(manifest, disk_usage(kb.path))
+    kb_build.print_built(args, kb, len(sources), errors, report, lambda: _print_summary(kb.manifest, disk_usage(kb.path)))
     kb.close()
     return 0
 
@@ -368,14 +373,16 @@ def _cmd_add(args: argparse.Namespace) -> int:
     manifest = stored_manifest(path)
     sources = check_sources(args.sources)
     max_words = args.max_words or manifest.get("build", {}).get("max_words") or 100
-    encoder = _kb_encoder(path, manifest, args)
     errors = _record_errors(args.on_error)
+    report = kb_build.source_report(args, sources, max_words, errors)  # --strict: every file read first
+    encoder = _kb_encoder(path, manifest, args)
     names = ", ".join(str(s) for s in args.sources)
     version = edits_for(path).add(
-        path, iter_source_passages(sources, max_words, errors), encode_fn(encoder), batch_size=args.batch_size,
-        progress=not args.quiet, on_error=errors, description=args.description, source_label=names,
+        path, iter_source_passages(sources, max_words, errors, report, args.text_columns), encode_fn(encoder),
+        batch_size=args.batch_size, progress=not args.quiet, on_error=errors, description=args.description,
+        source_label=names,
     )
-    return _edited(path, version)
+    return kb_build.print_added(args, path, version, errors, report, _edited)
 
 
 def _cmd_update(args: argparse.Namespace) -> int:
@@ -408,6 +415,8 @@ def _cmd_update(args: argparse.Namespace) -> int:
 def _cmd_delete(args: argparse.Namespace) -> int:
     from openbook.index.sharded import edits_for
 
+    if (done := kb_documents.delete_document(args)) is not None:
+        return done
     path = Path(args.dir)
     version = edits_for(path).delete(path, args.ids, description=args.description)
     return _edited(path, version)

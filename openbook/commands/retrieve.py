@@ -1,5 +1,8 @@
 """``openbook retrieve "QUESTION"``: the retriever alone, no generator.
 
+It loads the query encoder and the knowledge base only: nothing here imports a generator or the RAG model
+(:mod:`openbook.models.knowledge` builds the demo knowledge base below :mod:`openbook.rag`).
+
 Shows the top-k passages for a question with their ids, titles, scores and retriever probabilities
 p(z|x) = softmax(scale * scores) over the k (:func:`openbook.index.retriever.retrieval_logprobs`). For
 the dense retriever the scores are d(z)^T q(x) and scale is the RAG model's default
@@ -18,7 +21,7 @@ from openbook.commands import options, positive_int
 
 def _demo_knowledge_base(encoder):
     """The shipped demo knowledge base for ``encoder`` (replaced in the CLI tests)."""
-    from openbook.rag.assemble import demo_knowledge_base
+    from openbook.models.knowledge import demo_knowledge_base
 
     return demo_knowledge_base(encoder)
 
@@ -54,7 +57,7 @@ def _cmd_retrieve(args: argparse.Namespace) -> int:
     from openbook.index import load_knowledge_base
     from openbook.index.retriever import make_retriever, retrieval_logprobs
     from openbook.models.encoders import default_score_scale
-    from openbook.rag.assemble import encoder_name
+    from openbook.models.knowledge import encoder_name
 
     question = args.question.strip()
     if not question:

@@ -22,6 +22,7 @@ from pathlib import Path
 
 from openbook.corpus import Passage
 from openbook.errors import InputError
+from openbook.experiments import missing_extra
 
 ROLES = {"head_of_state": "head of state", "head_of_government": "head of government"}
 ERAS = ("2016-12-31", "2018-12-31")
@@ -36,7 +37,10 @@ class Office:
 
 def english_name(iso3: str, fallback: str) -> str:
     """The common English name of an ISO 3166-1 alpha-3 code ("South Korea" for KOR), else ``fallback``."""
-    import pycountry
+    try:
+        import pycountry
+    except ImportError:
+        raise missing_extra("pycountry") from None
 
     country = pycountry.countries.get(alpha_3=iso3)
     return fallback if country is None else getattr(country, "common_name", None) or country.name

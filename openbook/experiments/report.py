@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from openbook.errors import InputError
+from openbook.experiments import missing_extra
 from openbook.presets import PAPER
 
 DEFAULT = "default"  # instead of a run directory: the shipped fine-tuned default (untrained if none is shipped)
@@ -225,11 +226,13 @@ def markdown_table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str
 
 
 def _pyplot():
-    import matplotlib
+    try:
+        import matplotlib
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+        matplotlib.use("Agg")  # before pyplot: files, no display
+        import matplotlib.pyplot as plt
+    except ImportError:
+        raise missing_extra("matplotlib") from None
     return plt
 
 

@@ -37,6 +37,7 @@ import numpy as np
 from openbook.atomic import fsync_path
 from openbook.corpus import Passage
 from openbook.errors import InputError, KnowledgeBaseError
+from openbook.index.store_documents import DOCUMENTS_SCHEMA, Document, DocumentsMixin
 from openbook.presets import EMBEDDING_DTYPES
 
 # ---------------------------------------------------------------------------------------------------
@@ -54,7 +55,7 @@ CREATE TABLE IF NOT EXISTS passages (
 CREATE UNIQUE INDEX IF NOT EXISTS passages_live_id ON passages(id) WHERE deleted_version IS NULL;
 CREATE INDEX IF NOT EXISTS passages_deleted ON passages(deleted_version, id)
     WHERE deleted_version IS NOT NULL;
-"""
+""" + DOCUMENTS_SCHEMA
 _SQL_VARIABLES = 900  # stay under SQLite's limit on bound parameters per statement
 
 
@@ -63,7 +64,7 @@ def _chunks(values: Sequence, size: int = _SQL_VARIABLES) -> Iterator[Sequence]:
         yield values[start:start + size]
 
 
-class PassageStore:
+class PassageStore(DocumentsMixin):
     """The passages of a knowledge base in SQLite, addressed by row (= vector id) or by passage id.
 
     Open with :meth:`open` (read-only unless ``writable``) or :meth:`create`. One connection is shared
@@ -115,6 +116,8 @@ class PassageStore:
         if columns != expected:
             db.close()
             raise KnowledgeBaseError(f"{path} is not a passage store (no passages table with {expected})")
+        if writable:  # an older knowledge base gains the (empty) documents table at its first edit
+            db.executescript(DOCUMENTS_SCHEMA)
         return cls(path, db, writable)
 
     @staticmethod
@@ -245,8 +248,10 @@ class PassageStore:
 
     # -- writing ------------------------------------------------------------------------------------
 
-    def insert(self, start_row: int, passages: Sequence[Passage], version: int) -> None:
-        """Insert ``passages`` as rows ``start_row, start_row + 1, ...`` added in ``version``.
+    def insert(self, start_row: int, passages: Sequence[Passage], version: int,
+               documents: Sequence[Document] | None = None) -> None:
+        """Insert ``passages`` as rows ``start_row, start_row + 1, ...`` added in ``version``, with their
+        ``(document, sha256)`` if given (:mod:`~openbook.index.store_documents`).
 
         Call inside :meth:`transaction`. A passage id that is already live raises InputError.
         """
@@ -257,6 +262,8 @@ class PassageStore:
             )
         except sqlite3.IntegrityError as exc:
             raise InputError(f"duplicate passage id ({exc})") from None
+        if documents is not None:
+            self._insert_documents(start_row, documents)
 
     def mark_deleted(self, rows: Sequence[int], version: int) -> None:
         """Mark live ``rows`` deleted as of ``version`` (call inside :meth:`transaction`)."""
@@ -274,6 +281,7 @@ class PassageStore:
         """
         with self.transaction():
             dropped = self._db.execute("DELETE FROM passages WHERE row >= ?", (num_rows,)).rowcount
+            self._discard_documents_after(num_rows)
             undeleted = self._db.execute(
                 "UPDATE passages SET deleted_version = NULL WHERE deleted_version > ?", (version,)
             ).rowcount

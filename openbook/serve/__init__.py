@@ -4,7 +4,8 @@
 in tests and benchmarks, a loaded RAG model). Modules: :mod:`~openbook.serve.schemas` (the API's pydantic
 models), :mod:`~openbook.serve.routes` (the endpoints), :mod:`~openbook.serve.worker` (the model thread and
 its dynamic batches), :mod:`~openbook.serve.books` (the knowledge-base versions in use, swaps),
-:mod:`~openbook.serve.errors` (JSON errors) and :mod:`~openbook.serve.metrics` (Prometheus). The top layer:
+:mod:`~openbook.serve.errors` (JSON errors), :mod:`~openbook.serve.guards` (body limit, header deadline, drain,
+socket) and :mod:`~openbook.serve.metrics` (Prometheus). The top layer:
 nothing below imports it.
 """
 

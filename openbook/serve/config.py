@@ -28,6 +28,7 @@ class ServeConfig:
     max_queue: int = 64
     timeout_s: float = 60.0
     max_question_chars: int = 1000
+    max_body_bytes: int = 1 << 20  # a request body above this is answered 413 before it is read
     cors_origins: list[str] = field(default_factory=list)
     kb_name: str | None = None
     load: Callable[[], Any] | None = field(default=None, repr=False)

@@ -4,13 +4,15 @@
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
+import re
 import time
 import uuid
 from pathlib import Path
 from typing import Annotated
 
-from fastapi import Depends, FastAPI, Request
+from fastapi import Depends, FastAPI, Header, Request
 from fastapi.responses import FileResponse, HTMLResponse, Response
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from fastapi.staticfiles import StaticFiles
@@ -20,7 +22,30 @@ import openbook.serve.schemas as s
 from openbook.serve.errors import ApiError, error_json
 
 ERRORS = {code: {"model": s.ErrorResponse} for code in (400, 401, 403, 404, 409, 422, 503, 504)}
-_bearer = HTTPBearer(auto_error=False, description="the server's --admin-token")
+_bearer = HTTPBearer(auto_error=False, description="the server's admin token")
+IDEMPOTENCY = "Idempotency-Key"
+_KEY_DOC = ("a key of the client's choosing (1-200 letters, digits, '.', '_', ':', '-'): a retried edit with the same "
+            "key is answered with the version the first one wrote instead of being applied twice")
+_KEY = re.compile(r"[A-Za-z0-9._:-]{1,200}")
+_KIND = {"POST": "add", "PUT": "update", "DELETE": "delete"}
+
+
+def _idempotency_key(request: Request) -> str | None:
+    key = request.headers.get(IDEMPOTENCY)
+    if key is not None and not _KEY.fullmatch(key):
+        raise ApiError(422, f"{IDEMPOTENCY}: 1-200 letters, digits, '.', '_', ':' or '-'", IDEMPOTENCY)
+    return key
+
+
+def _replay(book, key: str, tag: str, count: int) -> dict | None:
+    """The answer of the edit that ``key`` already made (its version's description holds ``tag``), if any."""
+    for version in reversed(book.kb.versions):
+        description = str(version.get("description") or "")
+        if f"[request {key} " in description:
+            if tag not in description:
+                raise ApiError(422, f"{IDEMPOTENCY} {key} was used for another edit", IDEMPOTENCY)
+            return {"kb": {"name": book.name, "version": version["version"]}, "changed": count, "replayed": True}
+    return None
 
 
 def _questions(value: str | list[str], limit: int) -> list[str]:
@@ -95,22 +120,34 @@ def install_routes(app: FastAPI, server, static: Path) -> None:
                         num_passages=len(kb), encoder=kb.encoder_info, versions=kb.versions,
                         swappable=await asyncio.to_thread(server.books.swappable))
 
-    async def edit(change) -> s.EditResponse:
-        """Apply ``change(edits, path, encoder) -> (version, n)`` in the worker and serve the new version as a new
-        knowledge-base object (requests in flight keep theirs). ``edits`` are the path-level edits of the served
-        folder's kind, sharded or not (:func:`~openbook.index.sharded.edits_for`); a sharded one's new object
-        shares its shards (and their Ray actors), opening only the shard versions the edit wrote (``at_version``)."""
+    async def edit(request: Request, body, count: int, apply) -> s.EditResponse:
+        """Apply ``apply(edits, path, encoder, description) -> version`` in the worker and serve the new version as a
+        new knowledge-base object (requests in flight keep theirs). ``edits`` are the path-level edits of the served
+        folder's kind, sharded or not (:func:`~openbook.index.sharded.edits_for`); a sharded one's new object shares
+        its shards (and their Ray actors), opening only the shard versions the edit wrote (``at_version``).
+
+        With an ``Idempotency-Key`` header the key (and a fingerprint of the edit) is written into the new version's
+        description, in the same commit: a retry with the key finds that version and is answered with it
+        (``replayed``) instead of editing again, even after a restart; the key with another edit is refused."""
         from openbook.index.sharded import edits_for
 
         server.check_ready()
+        key = _idempotency_key(request)
+        what = f"{request.method} {body.model_dump_json()}"
+        tag = f"[request {key} {hashlib.sha256(what.encode()).hexdigest()[:16]}]" if key else ""
         async with server.admin_lock:
             def run():
                 book = server.books.current
-                version, changed = change(edits_for(book.kb.path), book.kb.path, server.document_encoder)
+                if key:
+                    done = _replay(book, key, tag, count)
+                    if done is not None:
+                        return done
+                description = " ".join(part for part in (f"openbook serve: {_KIND[request.method]}", tag) if part)
+                version = apply(edits_for(book.kb.path), book.kb.path, server.document_encoder, description)
                 fresh = book.kb.at_version(version)
                 server.books.install(fresh, book.name)
                 server.metrics.swaps.inc()
-                return {"kb": {"name": book.name, "version": version}, "changed": changed}
+                return {"kb": {"name": book.name, "version": version}, "changed": count}
 
             return s.EditResponse(**await server.call(run))
 
@@ -118,26 +155,56 @@ def install_routes(app: FastAPI, server, static: Path) -> None:
         return lambda batch: encoder().encode_passages(batch)
 
     @app.post("/v1/kb/passages", response_model=s.EditResponse, responses=ERRORS, dependencies=[Depends(admin)])
-    async def add_passages(body: s.AddRequest):
+    async def add_passages(body: s.AddRequest, request: Request,
+                           key: Annotated[str | None, Header(alias=IDEMPOTENCY, description=_KEY_DOC)] = None):
         """Add passages (admin) as a new knowledge-base version; a passage without an id gets one."""
         from openbook.corpus import Passage
 
         passages = [Passage(p.id or f"api-{uuid.uuid4().hex[:12]}", p.title, p.text) for p in body.passages]
-        return await edit(lambda edits, path, enc: (
-            edits.add(path, passages, encode(enc), description="openbook serve: add"), len(passages)))
+        return await edit(request, body, len(passages), lambda edits, path, enc, description: edits.add(
+            path, passages, encode(enc), description=description))
 
     @app.put("/v1/kb/passages", response_model=s.EditResponse, responses=ERRORS, dependencies=[Depends(admin)])
-    async def update_passages(body: s.UpdateRequest):
+    async def update_passages(body: s.UpdateRequest, request: Request,
+                              key: Annotated[str | None, Header(alias=IDEMPOTENCY, description=_KEY_DOC)] = None):
         """Change passages' text (and title) by id (admin), as a new version."""
         updates = [{k: v for k, v in p.model_dump().items() if v is not None} for p in body.passages]
-        return await edit(lambda edits, path, enc: (
-            edits.update(path, updates, encode(enc), description="openbook serve: update"), len(updates)))
+        return await edit(request, body, len(updates), lambda edits, path, enc, description: edits.update(
+            path, updates, encode(enc), description=description))
 
     @app.delete("/v1/kb/passages", response_model=s.EditResponse, responses=ERRORS, dependencies=[Depends(admin)])
-    async def delete_passages(body: s.DeleteRequest):
+    async def delete_passages(body: s.DeleteRequest, request: Request,
+                              key: Annotated[str | None, Header(alias=IDEMPOTENCY, description=_KEY_DOC)] = None):
         """Delete passages by id (admin), as a new version."""
-        return await edit(lambda edits, path, enc: (edits.delete(path, body.ids, "openbook serve: delete"),
-                                                    len(body.ids)))
+        return await edit(request, body, len(body.ids), lambda edits, path, enc, description: edits.delete(
+            path, body.ids, description))
+
+    @app.get("/v1/kb/documents", response_model=s.DocumentsResponse, responses=ERRORS, dependencies=[Depends(admin)])
+    async def list_documents():
+        """The served knowledge base's documents and their passage ids, at the served version (admin)."""
+        server.check_ready()
+
+        def run():
+            book = server.books.current
+            if not hasattr(book.kb, "documents"):
+                raise ApiError(409, "the served knowledge base is sharded: its documents are not listed")
+            return {"kb": {"name": book.name, "version": book.kb.version}, "documents": book.kb.documents()}
+
+        return s.DocumentsResponse(**await server.call(run))
+
+    @app.delete("/v1/kb/documents", response_model=s.EditResponse, responses=ERRORS, dependencies=[Depends(admin)])
+    async def delete_document(body: s.DeleteDocumentRequest):
+        """Delete every passage of a document (admin), as a new version; ``changed`` counts the passages."""
+        from openbook.index.kb import delete_document, read_manifest
+        from openbook.index.sharded import is_sharded
+
+        def change(edits, path, enc):
+            if is_sharded(path):
+                raise ApiError(409, "the served knowledge base is sharded: delete its passages by id")
+            version = delete_document(path, body.document, "openbook serve: delete document")
+            return version, read_manifest(path)["versions"][version - 1]["deleted"]
+
+        return await edit(change)
 
     @app.post("/v1/kb/swap", response_model=s.SwapResponse, responses=ERRORS, dependencies=[Depends(admin)])
     async def swap(body: s.SwapRequest):
@@ -183,6 +250,31 @@ def install_routes(app: FastAPI, server, static: Path) -> None:
 
     if static.is_dir():
         app.mount("/static", StaticFiles(directory=static), name="static")
+    _install_docs(app)
+
+
+def _install_docs(app: FastAPI) -> None:
+    """``/docs`` (Swagger UI) and ``/redoc`` from files installed with the package (fastapi-offline's copies of
+    Swagger UI and ReDoc), never a CDN: the pages work offline."""
+    import fastapi_offline
+    from fastapi.openapi.docs import get_redoc_html, get_swagger_ui_html
+
+    assets = Path(fastapi_offline.__file__).resolve().parent / "static"
+    app.mount("/docs-assets", StaticFiles(directory=assets), name="docs-assets")
+    title = f"{app.title} API"
+
+    @app.get("/docs", include_in_schema=False)
+    async def docs():
+        return get_swagger_ui_html(openapi_url=app.openapi_url, title=title,
+                                   swagger_js_url="/docs-assets/swagger-ui-bundle.js",
+                                   swagger_css_url="/docs-assets/swagger-ui.css",
+                                   swagger_favicon_url="/docs-assets/favicon.png",
+                                   swagger_ui_parameters={"validatorUrl": None})  # no badge from validator.swagger.io
+
+    @app.get("/redoc", include_in_schema=False)
+    async def redoc():
+        return get_redoc_html(openapi_url=app.openapi_url, title=title, redoc_js_url="/docs-assets/redoc.standalone.js",
+                              redoc_favicon_url="/docs-assets/favicon.png", with_google_fonts=False)
 
 
 async def _events(server, job, tokens: asyncio.Queue, received: float):

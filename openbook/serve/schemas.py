@@ -11,11 +11,11 @@ grows with them (``bench/ask_memory.py``: the default model's peak at 256).
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationInfo, field_validator
 
-from openbook.errors import MAX_K, check_k
+from openbook.errors import MAX_K, check_k, check_text
 from openbook.presets import DECODINGS, INTERACTIVE, MODELS, RETRIEVERS
 
 MAX_BEAMS = 8
@@ -37,6 +37,15 @@ class Strict(BaseModel):
 
 
 Questions = str | list[str]
+
+
+def _valid_text(value: Any, info: ValidationInfo) -> Any:
+    """Text a tokenizer can take (:func:`openbook.errors.check_text`): refused where it enters, so that one bad
+    request fails alone (422 naming the field) instead of the model batch it would have joined."""
+    return check_text(value, info.field_name or "the text") if isinstance(value, str) else value
+
+
+Text = Annotated[str, BeforeValidator(_valid_text)]
 
 
 def check_sequences(questions: int, k: int, beams: int) -> None:
@@ -61,8 +70,9 @@ def _check_questions(value: Questions) -> Questions:
     if len(items) > MAX_QUESTIONS:
         raise ValueError(f"at most {MAX_QUESTIONS} questions per request, got {len(items)}")
     for i, q in enumerate(items):
+        where = "the question" if isinstance(value, str) else f"question {i + 1}"
+        check_text(q, where)
         if not q.strip():
-            where = "the question" if isinstance(value, str) else f"question {i + 1}"
             raise ValueError(f"{where} is empty")
     return value
 
@@ -162,15 +172,15 @@ class KBInfo(BaseModel):
 
 
 class NewPassage(Strict):
-    id: str | None = Field(None, min_length=1, max_length=200)
-    title: str = Field("", max_length=MAX_TEXT)
-    text: str = Field(min_length=1, max_length=MAX_TEXT)
+    id: Text | None = Field(None, min_length=1, max_length=200)
+    title: Text = Field("", max_length=MAX_TEXT)
+    text: Text = Field(min_length=1, max_length=MAX_TEXT)
 
 
 class ChangedPassage(Strict):
-    id: str = Field(min_length=1, max_length=200)
-    title: str | None = Field(None, max_length=MAX_TEXT)
-    text: str = Field(min_length=1, max_length=MAX_TEXT)
+    id: Text = Field(min_length=1, max_length=200)
+    title: Text | None = Field(None, max_length=MAX_TEXT)
+    text: Text = Field(min_length=1, max_length=MAX_TEXT)
 
 
 class AddRequest(Strict):
@@ -182,16 +192,34 @@ class UpdateRequest(Strict):
 
 
 class DeleteRequest(Strict):
-    ids: list[str] = Field(min_length=1, max_length=MAX_EDIT)
+    ids: list[Text] = Field(min_length=1, max_length=MAX_EDIT)
+
+
+class DeleteDocumentRequest(Strict):
+    document: str = Field(min_length=1, max_length=4096, description="a document id, as /v1/kb/documents lists it")
+
+
+class DocumentEntry(BaseModel):
+    document: str | None = Field(description="the document id (its path in the folder built from), or null for "
+                                             "passages of no document")
+    sha256: str | None = Field(description="the content hash of the document when it was added")
+    passages: list[str] = Field(description="its passage ids")
+
+
+class DocumentsResponse(BaseModel):
+    kb: KBRef
+    documents: list[DocumentEntry]
 
 
 class EditResponse(BaseModel):
     kb: KBRef
     changed: int
+    replayed: bool = Field(False, description="a retry of an edit already applied (same Idempotency-Key): "
+                           "answered with the version that edit wrote, nothing applied again")
 
 
 class SwapRequest(Strict):
-    name: str = Field(min_length=1, max_length=255, description="a knowledge-base folder under --kb-root")
+    name: Text = Field(min_length=1, max_length=255, description="a knowledge-base folder under --kb-root")
     version: int | None = Field(None, ge=1, description="a version of it (null: its current version)")
 
 

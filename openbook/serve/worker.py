@@ -54,6 +54,8 @@ class Job:
     on_token: Callable[[dict], None] | None = None  # called in the event loop with {"index", "token", "text"}
     enqueued: float = field(default_factory=time.perf_counter)
     dropped: bool = False
+    started: bool = False
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     @property
     def key(self) -> tuple:
@@ -67,9 +69,19 @@ class Job:
         """Sequences this job adds to a batch: questions x k x beams (what a batch's memory grows with)."""
         return len(self.questions) * (self.options.get("k") or 1) * (self.options.get("num_beams") or 1)
 
-    def drop(self) -> None:
-        """The client has gone: do not compute this job (if it has not run yet)."""
-        self.dropped = True
+    def drop(self) -> bool:
+        """The client has gone: do not compute this job. True if it had not started (it never will)."""
+        with self._lock:
+            self.dropped = True
+            return not self.started
+
+    def claim(self) -> bool:
+        """The worker is about to compute this job: True unless it was dropped first (then it never runs)."""
+        with self._lock:
+            if self.dropped or self.future.done():
+                return False
+            self.started = True
+            return True
 
 
 @dataclass
@@ -161,6 +173,11 @@ class Worker:
             self._ended.wait(timeout)
 
     @property
+    def stopped(self) -> bool:
+        """The loop has ended (or never started)."""
+        return self._ended.is_set() or not self._started
+
+    @property
     def depth(self) -> int:
         return len(self._pending)
 
@@ -192,7 +209,7 @@ class Worker:
             batch = self._take()
             if batch is None:
                 return
-            live = [job for job in batch if not job.dropped and not job.future.done()]
+            live = [job for job in batch if job.claim()]
             if self.metrics is not None and len(live) < len(batch):
                 self.metrics.dropped.inc(len(batch) - len(live))
             if live:

@@ -1,9 +1,11 @@
-"""The helpers of bench/ask_latency.py (the benchmark itself is run by hand: it loads the real models)."""
+"""The helpers of bench/ask_latency.py and bench/cold_retrieve.py (the benchmarks themselves are run by hand:
+they load the real models)."""
 
 from __future__ import annotations
 
 import importlib
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -57,3 +59,57 @@ def test_the_json_line_has_the_issues_figures(bench):
     assert line["fast_p50_s"] == 1.35 and line["lazy_speedup_p50"] == round(1.35 / 0.55, 2)
     assert line["paper_settings"] == {"num_beams": 4, "decoding": "thorough", "max_new_tokens": 32, "k": 5,
                                       "dtype": "float32"}
+
+
+def test_the_json_line_has_the_cold_retrieve(bench):
+    result = bench.result_line(warm=[0.5], paper=[5.0], fp32=[1.0], cold=[7.0, 9.5, 8.0], cold_retrieve=[3.0, 2.0, 4.5],
+                               peak_rss_kb=1024, dtype="bfloat16", settings={"k": 5}, extra={})
+    line = json.loads(json.dumps(result))
+    assert line["cold_retrieve_s"] == 3.0 and line["cold_retrieve_runs_s"] == [3.0, 2.0, 4.5]
+    assert line["cold_start_s"] == 8.0
+
+
+def test_cold_retrieve_times_a_fresh_openbook_retrieve(bench, monkeypatch):
+    commands = []
+    monkeypatch.setattr(bench, "time_to_output", lambda command: commands.append(command) or (1.0, {"passages": []}))
+    assert bench.cold_retrieve("Who wrote Hamlet?", 3) == (1.0, {"passages": []})
+    assert bench.cold_start("Who wrote Hamlet?", 3)[0] == 1.0
+    retrieve, ask = commands
+    assert retrieve == [sys.executable, "-m", "openbook", "retrieve", "Who wrote Hamlet?", "--json", "--k", "3"]
+    assert ask[3] == "ask" and ask[4:] == retrieve[4:]
+
+
+def test_time_to_output_reads_the_json_a_process_prints(bench):
+    seconds, record = bench.time_to_output([sys.executable, "-c", "import json; print(json.dumps({'passages': [1]}))"])
+    assert record == {"passages": [1]} and seconds > 0
+    with pytest.raises(SystemExit, match="failed"):
+        bench.time_to_output([sys.executable, "-c", "import sys; sys.exit('no')"])
+
+
+@pytest.fixture(scope="module")
+def cold_retrieve_bench(bench):
+    sys.path.insert(0, str(BENCH))
+    try:
+        yield importlib.import_module("cold_retrieve")
+    finally:
+        sys.path.remove(str(BENCH))
+
+
+def test_cold_retrieve_bench_runs_each_trees_own_openbook(cold_retrieve_bench, tmp_path):
+    repo = BENCH.parent
+    assert cold_retrieve_bench.openbook_of(repo) == str((repo / "openbook" / "__init__.py").resolve())
+    env = cold_retrieve_bench.tree_env(tmp_path)
+    assert env["PYTHONPATH"].split(os.pathsep)[0] == str(tmp_path) and env["PYTHONSAFEPATH"] == "1"
+    with pytest.raises(SystemExit, match="not the tree's package"):
+        cold_retrieve_bench.openbook_of(tmp_path)  # no openbook/ there: another tree's would be timed
+    line = cold_retrieve_bench.result_line({"/old": [9.0, 7.0, 8.0], "/new": [3.0, 4.0, 2.5]},
+                                           {"/old": [6.0, 5.0, 5.5], "/new": [2.0, 2.5, 1.5]}, "q?", 5)
+    assert line["trees"]["/old"] == {"median_wall_s": 8.0, "wall_runs_s": [9.0, 7.0, 8.0], "median_cpu_s": 5.5,
+                                     "cpu_runs_s": [6.0, 5.0, 5.5]}
+    assert line["trees"]["/new"]["median_wall_s"] == 3.0 and line["runs"] == 3
+
+
+def test_cold_retrieve_bench_counts_the_cpu_time_of_the_process(cold_retrieve_bench):
+    busy = "import json, time\nend = time.process_time() + 0.3\nwhile time.process_time() < end: pass\nprint('{}')"
+    seconds, cpu, record = cold_retrieve_bench.timed([sys.executable, "-c", busy], dict(os.environ))
+    assert record == {} and cpu >= 0.3 and seconds > 0

@@ -4,78 +4,22 @@ encoder loader replaced (a hashed bag-of-words encoder, or the tiny random BERT)
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import numpy as np
 import pytest
 
 import openbook.commands.kb as kb_commands
 import openbook.commands.retrieve as retrieve_commands
-from openbook import cli
 from openbook.index import KnowledgeBase
 from openbook.index.kb import partial_dir, read_manifest
-from test_kb_store import BowEncoder, Crash, data_bytes, without_times
+from tiny_kb import BowEncoder, Crash, build_kb, data_bytes, retrieve, run, without_times
 from tolerance import bound, probability_sum_bound
-
-ARTICLES = [
-    {"id": "paris", "title": "Paris", "text": "paris is the capital and largest city of france"},
-    {"id": "berlin", "title": "Berlin", "text": "berlin is the capital of germany"},
-    {"id": "moon", "title": "Moon", "text": "the moon orbits the earth every month"},
-    {"id": "jupiter", "title": "Jupiter", "text": "jupiter is the largest planet of the solar system"},
-]
 
 
 def softmax_tolerance(logits) -> dict[str, float]:
     """The float32 softmax of openbook.index.retriever.retrieval_logprobs against one computed here: each
     probability's relative rounding is ~k * eps32 * max|logit| (the exp of a log-probability rounded in float32)."""
     return {"rtol": probability_sum_bound(len(logits), float(np.abs(logits).max()), dtype=np.float32), "atol": 0.0}
-
-
-@pytest.fixture
-def encoders(monkeypatch):
-    """Replace the encoder loader; returns the names it was asked for."""
-    asked: list[str] = []
-    made = {}
-
-    def fake_load(name):
-        asked.append(name)
-        key = "fake/bow" if name in ("default", "fake/bow") else name
-        return made.setdefault(key, BowEncoder(key))
-
-    monkeypatch.setattr(kb_commands, "load_encoder", fake_load)
-    return asked
-
-
-@pytest.fixture
-def corpus_dir(tmp_path) -> Path:
-    src = tmp_path / "src"
-    src.mkdir()
-    (src / "articles.jsonl").write_text("".join(json.dumps(a) + "\n" for a in ARTICLES), encoding="utf-8")
-    (src / "psgs.tsv").write_text("id\ttext\ttitle\n100\tthe pacific is the largest ocean\tPacific\n",
-                                  encoding="utf-8")
-    notes = src / "notes"
-    notes.mkdir()
-    (notes / "volcano.md").write_text("# Volcanoes\n\na volcano erupts lava and ash", encoding="utf-8")
-    return src
-
-
-def run(capsys, *argv) -> tuple[int, str, str]:
-    code = cli.main([str(a) for a in argv])
-    out, err = capsys.readouterr()
-    return code, out, err
-
-
-def build_kb(capsys, corpus_dir, out, *extra) -> str:
-    code, stdout, err = run(capsys, "kb", "build", corpus_dir / "articles.jsonl", corpus_dir / "psgs.tsv",
-                            corpus_dir / "notes", "--out", out, "--quiet", *extra)
-    assert code == 0, err
-    return stdout
-
-
-def retrieve(capsys, kb, question, *extra) -> dict:
-    code, out, err = run(capsys, "retrieve", question, "--kb", kb, "--json", *extra)
-    assert code == 0, err
-    return json.loads(out)
 
 
 def test_build_info_and_retrieve(capsys, tmp_path, corpus_dir, encoders):
@@ -274,8 +218,8 @@ def test_retrieve_k_is_bounded_and_clamped(capsys, tmp_path, corpus_dir, encoder
 
 def test_build_with_int8_encoding_stays_within_int8_rounding_of_float32(capsys, tmp_path, corpus_dir, monkeypatch):
     from openbook.models.precision import int8_engine
-    from test_int8 import int8_bound
     from tiny import tiny_encoder
+    from tolerance import int8_bound
 
     if not int8_engine():
         pytest.skip("PyTorch has no x86 quantised engine here")
@@ -294,8 +238,8 @@ def test_build_with_compiled_int8_encoding_stays_within_int8_rounding_of_float32
                                                                                 monkeypatch):
     import shutil
 
-    from test_int8 import int8_bound
     from tiny import tiny_encoder
+    from tolerance import int8_bound
 
     pytest.importorskip("torchao")
     if not (shutil.which("g++") or shutil.which("clang++")):

@@ -126,7 +126,7 @@ def test_predict_batches_ask_calls_in_order():
 
 @pytest.mark.parametrize("bad, message", [
     ({"inputs": []}, "no inputs"), ({"inputs": ["ok", ""]}, "input 2"), ({"inputs": "one string"}, "not one string"),
-    ({"batch_size": 0}, "batch_size"), ({"k": 0}, r"k \(passages to retrieve\) must be"),
+    ({"batch_size": 0}, "batch_size"), ({"k": 0}, r"k \(passages per question\) must be"),
 ])
 def test_predict_checks_its_arguments(bad, message):
     kwargs = {"inputs": ["a question"], **bad}

@@ -113,3 +113,14 @@ def tiny_encoder(seed: int = 0, normalize: bool = True) -> Encoder:
     config = BertConfig(vocab_size=len(tok), hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
                         intermediate_size=32)
     return Encoder(BertModel(config).eval(), tok, pooling="mean", normalize=normalize, name=f"tiny-bert-{seed}")
+
+
+def tiny_parts(root):
+    """A tiny query encoder, a knowledge base of the six PASSAGES built with it under ``root``, and a tiny BART."""
+    from openbook.models.generators import Seq2SeqGenerator
+    from openbook.rag.assemble import build_knowledge_base
+
+    encoder = tiny_encoder()
+    kb = build_knowledge_base(PASSAGES, encoder, root / "kb", progress=False)
+    tok = bart_tokenizer()
+    return encoder, kb, Seq2SeqGenerator(tiny_bart(vocab_size=len(tok), seed=3), tok)

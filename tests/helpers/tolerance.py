@@ -144,3 +144,34 @@ def dot_tolerance(queries: Any, docs: Any, dtype: Any = np.float32) -> dict[str,
     queries, docs = np.atleast_2d(np.asarray(queries, np.float64)), np.atleast_2d(np.asarray(docs, np.float64))
     scale = float(np.linalg.norm(queries, axis=1).max() * np.linalg.norm(docs, axis=1).max())
     return tolerance(terms=queries.shape[1], dtype=dtype, scale=scale)
+
+
+def bfloat16_bound(config, scale: float) -> float:
+    """How far a value computed in bfloat16 may be from its float32 computation.
+
+    bfloat16 keeps 8 significant bits: unit roundoff u = 2**-8 (half its eps, 2**-7). Every matrix
+    product reads weights and activations rounded to bfloat16 (relative error u each) and PyTorch
+    accumulates it in float32 (whose rounding is 2**16 times smaller, negligible here), then rounds
+    the output: each reduction is off by at most ~3u times the scale of its terms, whatever its length
+    (unlike float32's ``n * eps``, the error is in the rounded inputs, not in the summation). Stacked
+    reductions add to first order, as in :func:`model_tolerance`: ``3 * depth * u * scale``, with ``depth``
+    counted as :func:`model_tolerance` counts it. A real bug (a wrong mask, a dropped prior)
+    is O(1) of the scale; this bound is 11-14% of it for these tiny models."""
+    config = config.get_text_config() if hasattr(config, "get_text_config") else config
+    if getattr(config, "is_encoder_decoder", False):
+        depth = 2 * config.encoder_layers + 3 * config.decoder_layers + 1
+    else:
+        depth = 2 * config.num_hidden_layers + 1
+    return 3 * depth * (EPS["bfloat16"] / 2) * scale
+
+
+def int8_bound(config, scale: float) -> float:
+    """How far a value computed with int8 linear layers may be from float32's.
+
+    A dynamically quantised layer rounds its input to 7 bits over the input's range (FBGEMM's
+    ``reduce_range``: at most 1/127 of the largest input, as the range is at most twice it) and its weights
+    to 8 bits per output channel (at most 1/255 of the row's largest), then accumulates exactly in int32:
+    each product is off by at most 1/127 + 1/255 ~= 3 * 2**-8 of the scale of its terms, bfloat16's 3u
+    (:func:`bfloat16_bound`). The output head is not quantised, attention and normalisation
+    stay float32, so the same first-order sum over the stacked reductions holds."""
+    return bfloat16_bound(config, scale)

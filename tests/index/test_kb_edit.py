@@ -15,7 +15,7 @@ from openbook.corpus import Passage, RecordErrors, SourcePassage
 from openbook.errors import InputError, KnowledgeBaseError
 from openbook.index import KnowledgeBase
 from openbook.index.kb import MANIFEST_FILE, add_passages, delete_passages, read_manifest, update_passages, use_version
-from test_kb_store import Crash, build, corpus, crashing_encoder, encode, hashed_bow
+from tiny_kb import Crash, build, corpus, crashing_encoder, encode, hashed_bow
 
 NEW = Passage("new:1", "Volcano", "a volcano erupts lava and ash near the village")
 

@@ -17,7 +17,6 @@ import pytest
 import torch
 
 import openbook.index.kb.build as build_module
-import test_kb_cli
 from openbook import atomic
 from openbook.corpus import Passage, RecordErrors, iter_source_passages
 from openbook.errors import InputError, KnowledgeBaseError
@@ -25,12 +24,9 @@ from openbook.index import KnowledgeBase
 from openbook.index.kb import MANIFEST_FILE, add_passages, check_encoder_matches, delete_passages, read_manifest
 from openbook.index.kb.folder import _locked, partial_dir
 from openbook.models import Encoder
-from test_kb_cli import build_kb, run
-from test_kb_store import ENCODER, Crash, build, corpus, encode
 from tiny_encoders import save_bert
+from tiny_kb import ENCODER, BowEncoder, Crash, build, build_kb, corpus, encode, run
 
-encoders = test_kb_cli.encoders  # fixtures: the encoder loader replaced, a small corpus
-corpus_dir = test_kb_cli.corpus_dir
 QUOTES_TSV = 'id\ttext\ttitle\n1\tAlpha\tA\n2\t"open quote dogs\tB\n3\tGamma\tC\n4\tDelta "fish" x\tD\n'
 
 
@@ -316,15 +312,15 @@ def test_duplicate_id_already_in_the_knowledge_base_blames_it(tmp_path):
 
 
 def test_demo_knowledge_base_of_an_older_format_is_rebuilt_in_the_cache(tmp_path, monkeypatch):
-    from openbook.rag import assemble
+    from openbook.models import knowledge
 
-    monkeypatch.setattr(assemble, "cache_dir", lambda: tmp_path)
-    encoder = test_kb_cli.BowEncoder("fake/bow")
-    old = assemble.demo_kb_dir(encoder)
+    monkeypatch.setattr(knowledge, "cache_dir", lambda: tmp_path)
+    encoder = BowEncoder("fake/bow")
+    old = knowledge.demo_kb_dir(encoder)
     old.mkdir(parents=True)
     (old / MANIFEST_FILE).write_text(json.dumps({"format_version": 1}), encoding="utf-8")
     (old / "passages.jsonl").write_text("{}\n", encoding="utf-8")  # format 1 kept its passages here
-    kb = assemble.demo_knowledge_base(encoder, progress=False)
+    kb = knowledge.demo_knowledge_base(encoder, progress=False)
     assert kb.path == old and len(kb) > 0 and not (old / "passages.jsonl").exists()
 
 
@@ -358,7 +354,7 @@ def test_restart_never_deletes_the_state_of_a_running_build(capsys, tmp_path, co
 
 
 def test_demo_knowledge_base_built_from_another_shipped_corpus_is_rebuilt(tmp_path, monkeypatch):
-    from openbook.rag import assemble
+    from openbook.models import knowledge
 
     corpus = tmp_path / "data" / "passages.jsonl.gz"  # no shipped vectors next to it: the encoder is used
     corpus.parent.mkdir()
@@ -367,16 +363,16 @@ def test_demo_knowledge_base_built_from_another_shipped_corpus_is_rebuilt(tmp_pa
         records = [{"id": f"d:{i}", "title": "T", "text": text} for i, text in enumerate(texts)]
         corpus.write_bytes(gzip.compress("".join(json.dumps(r) + "\n" for r in records).encode("utf-8")))
 
-    monkeypatch.setattr(assemble, "cache_dir", lambda: tmp_path / "cache")
-    monkeypatch.setattr(assemble, "demo_passages_path", lambda: corpus)
-    encoder = test_kb_cli.BowEncoder("fake/bow")
+    monkeypatch.setattr(knowledge, "cache_dir", lambda: tmp_path / "cache")
+    monkeypatch.setattr(knowledge, "demo_passages_path", lambda: corpus)
+    encoder = BowEncoder("fake/bow")
     ship(["old one", "old two", "capital city."])
-    first = assemble.demo_knowledge_base(encoder, progress=False)
+    first = knowledge.demo_knowledge_base(encoder, progress=False)
     built = read_manifest(first.path)
     assert len(first) == 3 and built["build"]["corpus_sha256"] == hashlib.sha256(corpus.read_bytes()).hexdigest()
-    assert read_manifest(assemble.demo_knowledge_base(encoder, progress=False).path) == built  # same corpus: kept
+    assert read_manifest(knowledge.demo_knowledge_base(encoder, progress=False).path) == built  # same corpus: kept
     ship(["new one", "new two"])  # an upgrade re-chunked the shipped corpus
-    second = assemble.demo_knowledge_base(encoder, progress=False)
+    second = knowledge.demo_knowledge_base(encoder, progress=False)
     assert second.path == first.path and len(second) == 2
     assert [second[i].text for i in range(2)] == ["new one", "new two"]
     # A cache from before the corpus was recorded is rebuilt too.
@@ -384,7 +380,7 @@ def test_demo_knowledge_base_built_from_another_shipped_corpus_is_rebuilt(tmp_pa
     manifest = json.loads(manifest_path.read_text(encoding="utf-8"))
     del manifest["build"]["corpus_sha256"]
     manifest_path.write_text(json.dumps(manifest), encoding="utf-8")
-    assert read_manifest(assemble.demo_knowledge_base(encoder, progress=False).path)["build"]["corpus_sha256"]
+    assert read_manifest(knowledge.demo_knowledge_base(encoder, progress=False).path)["build"]["corpus_sha256"]
 
 
 def test_shipped_demo_vectors_are_used_only_for_the_corpus_and_weights_they_record():
@@ -395,11 +391,11 @@ def test_shipped_demo_vectors_are_used_only_for_the_corpus_and_weights_they_reco
     from openbook.corpus import read_passages
     from openbook.data import demo_passages_path
     from openbook.index.kb.layout import sha256_file
-    from openbook.rag import assemble
+    from openbook.models import knowledge
 
     folder = demo_passages_path().parent
-    meta = json.loads((folder / assemble.SHIPPED_VECTORS).with_suffix(".json").read_text())
-    vectors = np.load(folder / assemble.SHIPPED_VECTORS).astype(np.float32)
+    meta = json.loads((folder / knowledge.SHIPPED_VECTORS).with_suffix(".json").read_text())
+    vectors = np.load(folder / knowledge.SHIPPED_VECTORS).astype(np.float32)
     passages = list(read_passages(demo_passages_path()))
     encoded = []
 
@@ -411,8 +407,8 @@ def test_shipped_demo_vectors_are_used_only_for_the_corpus_and_weights_they_reco
                               weights_sha256=meta["encoder"]["weights_sha256"], encode_passages=encode_passages)
     corpus = sha256_file(demo_passages_path())
     assert meta["corpus_sha256"] == corpus
-    assert assemble._shipped_vectors(encoder, passages, corpus) is not None and encoded
+    assert knowledge._shipped_vectors(encoder, passages, corpus) is not None and encoded
     encoded.clear()
-    assert assemble._shipped_vectors(encoder, passages, "0" * 64) is None and not encoded  # another corpus
+    assert knowledge._shipped_vectors(encoder, passages, "0" * 64) is None and not encoded  # another corpus
     encoder.weights_sha256 = "f" * 64  # other weights under the same name
-    assert assemble._shipped_vectors(encoder, passages, corpus) is None and not encoded
+    assert knowledge._shipped_vectors(encoder, passages, corpus) is None and not encoded

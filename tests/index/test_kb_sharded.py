@@ -15,8 +15,7 @@ from openbook.errors import InputError, KnowledgeBaseError
 from openbook.index import KnowledgeBase, ShardedKnowledgeBase, is_sharded, load_knowledge_base
 from openbook.index.sharded import read_shards_manifest, shard_knowledge_base
 from ray_fixture import ray_local  # noqa: F401
-from test_kb_cli import build_kb, corpus_dir, encoders, retrieve, run  # noqa: F401
-from test_kb_store import DIM, ENCODER, build, corpus
+from tiny_kb import DIM, ENCODER, build, build_kb, corpus, retrieve, run
 from tolerance import dot_tolerance
 
 N = 61  # passages: not a multiple of 2 or 3, so shards differ in size

@@ -8,7 +8,6 @@ import gzip
 import json
 import shutil
 import time
-import zlib
 from pathlib import Path
 
 import numpy as np
@@ -26,75 +25,8 @@ from openbook.index.kb import (
     stored_format_version,
 )
 from openbook.index.store import EmbeddingsWriter, PassageStore, read_npy_header
+from tiny_kb import DIM, ENCODER, Crash, build, corpus, crashing_encoder, data_bytes, encode, hashed_bow, without_times
 from tolerance import dot_tolerance
-
-DIM = 32
-WORDS = ("paris france capital berlin germany moon earth orbit jupiter planet river lake ocean "
-         "mountain music novel poem king queen war peace sun star light water carbon sugar").split()
-
-
-def hashed_bow(texts: list[str], dim: int = DIM) -> np.ndarray:
-    """Deterministic unit-norm hashed bag-of-words vectors: a stand-in for a neural encoder."""
-    vectors = np.zeros((len(texts), dim), dtype=np.float32)
-    for row, text in enumerate(texts):
-        for word in text.lower().split():
-            vectors[row, zlib.crc32(word.encode()) % dim] += 1.0
-    return vectors / np.maximum(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-6)
-
-
-class BowEncoder:
-    """The encoder interface the CLI and the RAG model use (info, encode_passages, encode_queries)."""
-
-    def __init__(self, name: str = "fake/bow", normalize: bool = True):
-        self.name, self.normalize, self.dim = name, normalize, DIM
-
-    def info(self) -> dict:
-        return {"name": self.name, "pooling": "mean", "normalize": self.normalize, "dim": DIM}
-
-    def encode_passages(self, passages, batch_size: int = 64) -> np.ndarray:
-        return hashed_bow([f"{p.title} {p.text}" for p in passages])
-
-    def encode_queries(self, texts, batch_size: int = 64) -> np.ndarray:
-        return hashed_bow(list(texts))
-
-    def to(self, device):  # the commands move an encoder to --device; hashing runs on the host anyway
-        return self
-
-
-ENCODER = BowEncoder()
-
-
-def encode(batch: list[Passage]) -> np.ndarray:
-    return ENCODER.encode_passages(batch)
-
-
-def corpus(n: int, prefix: str = "doc") -> list[Passage]:
-    """``n`` distinct passages, each with a few words of WORDS."""
-    rng = np.random.default_rng(n)
-    return [
-        Passage(f"{prefix}:{i}", f"Title {i % 7}", " ".join(rng.choice(WORDS, size=6)) + f" number{i}")
-        for i in range(n)
-    ]
-
-
-def build(out, passages, **kwargs) -> KnowledgeBase:
-    kwargs.setdefault("progress", False)
-    kwargs.setdefault("batch_size", 4)
-    return KnowledgeBase.build(passages, kwargs.pop("encode", encode), ENCODER.info(), out, **kwargs)
-
-
-def data_bytes(directory: Path) -> dict[str, bytes]:
-    return {p.name: p.read_bytes() for p in sorted(directory.iterdir()) if p.name != MANIFEST_FILE}
-
-
-def without_times(manifest: dict) -> dict:
-    manifest = json.loads(json.dumps(manifest))
-    for key in ("created_at", "updated_at"):
-        manifest.pop(key, None)
-    for version in manifest["versions"]:
-        version.pop("created_at", None)
-    return manifest
-
 
 # -- passage store ------------------------------------------------------------------------------------
 
@@ -296,10 +228,11 @@ def test_text_folder_source(tmp_path):
         Passage("notes/a.md#0", "The Heading", "intro line body"),
         Passage("notes/a.md#1", "The Heading", "of the note"),
         Passage("notes/b.txt", "b", "plain words here"),
+        Passage("notes/latin1.txt", "latin1", "caf\xe9"),  # not UTF-8: decoded as detected
         Passage("notes/sub/c.md#0", "c", "no heading"),  # a 1-word tail of 3 shares the last two chunks
         Passage("notes/sub/c.md#1", "c", "at all"),
     ]
-    assert errors.skipped == 1 and "latin1.txt:1: not UTF-8" in errors.examples[0]
+    assert errors.skipped == 0
     single = read_all([notes / "b.txt"])
     assert [i.passage.id for i in single] == ["b.txt"]
 
@@ -307,12 +240,12 @@ def test_text_folder_source(tmp_path):
 def test_source_kind_and_missing_sources(tmp_path):
     assert source_kind(tmp_path) == "folder"
     for name, kind in [("a.jsonl", "jsonl"), ("a.JSONL.gz", "jsonl"), ("p.tsv.gz", "tsv"), ("t.parquet", "parquet"),
-                       ("n.md", "text")]:
+                       ("n.md", "markdown"), ("n.txt", "text")]:
         (tmp_path / name).write_text("")
         assert source_kind(tmp_path / name) == kind
-    (tmp_path / "data.csv").write_text("")
+    (tmp_path / "data.xyz").write_text("")
     with pytest.raises(InputError, match="unknown corpus format"):
-        source_kind(tmp_path / "data.csv")
+        source_kind(tmp_path / "data.xyz")
     with pytest.raises(InputError, match="no such file"):
         read_all([tmp_path / "missing.jsonl"])
 
@@ -386,20 +319,6 @@ def test_malformed_record_stop_leaves_nothing(tmp_path):
 
 
 # -- resumable build ----------------------------------------------------------------------------------
-
-
-class Crash(RuntimeError):
-    pass
-
-
-def crashing_encoder(at_batch: int, calls: list):
-    def encode_or_crash(batch):
-        calls.append(len(batch))
-        if len(calls) == at_batch:
-            raise Crash(f"simulated crash in batch {at_batch}")
-        return encode(batch)
-
-    return encode_or_crash
 
 
 @pytest.mark.parametrize("dtype", ["float32", "float16"])

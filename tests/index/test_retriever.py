@@ -20,20 +20,11 @@ from openbook.index.retriever import (
     make_retriever,
     retrieval_logprobs,
 )
-from openbook.models.generators import Seq2SeqGenerator
 from openbook.rag import RAG
 from openbook.rag.assemble import build_knowledge_base
 from openbook.rag.closed_book import ClosedBook
-from tiny import PASSAGES, bart_tokenizer, tiny_bart, tiny_encoder
+from tiny import PASSAGES, tiny_parts
 from tolerance import probability_sum_bound
-
-
-def tiny_parts(root):
-    """A tiny query encoder, a knowledge base of the six PASSAGES built with it under ``root``, and a tiny BART."""
-    encoder = tiny_encoder()
-    kb = build_knowledge_base(PASSAGES, encoder, root / "kb", progress=False)
-    tok = bart_tokenizer()
-    return encoder, kb, Seq2SeqGenerator(tiny_bart(vocab_size=len(tok), seed=3), tok)
 
 
 @pytest.fixture(scope="module")
@@ -266,16 +257,16 @@ def test_cli_ask_k_and_decoding_errors_are_one_line(saved_models, capsys):
     gen_dir, kb_dir = saved_models
     base = ["ask", "capital of france", "--kb", str(kb_dir), "--generator", str(gen_dir), "--beams", "1",
             "--max-new-tokens", "2"]
-    assert cli.main(base + ["--k", "100000"]) == 2
-    out, err = capsys.readouterr()
-    assert out == "" and err.endswith(f"openbook ask: error: argument --k: {k_message(100000)}\n")
-    for extra, message in (
-        (["--length-penalty", "nan"], "length_penalty must be a finite number, got nan"),
-        (["--min-new-tokens", "3"], "min_new_tokens (3) must not exceed max_new_tokens (2)"),
+    for extra, message in (  # refused by the options' argparse types, before anything loads
+        (["--k", "100000"], f"argument --k: {k_message(100000)}"),
+        (["--length-penalty", "nan"], "argument --length-penalty: must be a finite number, got 'nan'"),
     ):
         assert cli.main(base + extra) == 2
         out, err = capsys.readouterr()
-        assert out == "" and err == f"openbook: error: {message}\n"
+        assert out == "" and err.endswith(f"openbook ask: error: {message}\n"), err
+    assert cli.main(base + ["--min-new-tokens", "3"]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and err == "openbook: error: min_new_tokens (3) must not exceed max_new_tokens (2)\n"
     assert cli.main(base + ["--k", "50", "--retriever", "bm25", "--json"]) == 0
     out, err = capsys.readouterr()
     record = json.loads(out)

@@ -22,7 +22,7 @@ from openbook.index.dense import FlatIPIndex, gpu
 from openbook.models.device import module_device, resolve_device
 from openbook.rag import RAG
 from openbook.rag.beam import BeamConfig, beam_search, greedy_search
-from test_retriever import tiny_parts
+from tiny import tiny_parts
 from tolerance import model_tolerance
 
 needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")

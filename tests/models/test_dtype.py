@@ -17,29 +17,10 @@ from openbook.rag.assemble import load_model
 from tiny import PASSAGES, tiny_encoder
 from tiny_causal import make_generator
 from tiny_runs import bart_generator, save_tiny_models, train_run
-from tolerance import EPS, magnitude, probability_sum_bound
+from tolerance import bfloat16_bound, magnitude, probability_sum_bound
 
 QUESTIONS = ["who wrote the sun rises", "capital of france"]
 ANSWERS = ["ernest hemingway", "paris"]
-
-
-def bfloat16_bound(config, scale: float) -> float:
-    """How far a value computed in bfloat16 may be from its float32 computation.
-
-    bfloat16 keeps 8 significant bits: unit roundoff u = 2**-8 (half its eps, 2**-7). Every matrix
-    product reads weights and activations rounded to bfloat16 (relative error u each) and PyTorch
-    accumulates it in float32 (whose rounding is 2**16 times smaller, negligible here), then rounds
-    the output: each reduction is off by at most ~3u times the scale of its terms, whatever its length
-    (unlike float32's ``n * eps``, the error is in the rounded inputs, not in the summation). Stacked
-    reductions add to first order, as in tests/helpers/tolerance.py: ``3 * depth * u * scale``, with ``depth``
-    counted as :func:`tolerance.model_tolerance` counts it. A real bug (a wrong mask, a dropped prior)
-    is O(1) of the scale; this bound is 11-14% of it for these tiny models."""
-    config = config.get_text_config() if hasattr(config, "get_text_config") else config
-    if getattr(config, "is_encoder_decoder", False):
-        depth = 2 * config.encoder_layers + 3 * config.decoder_layers + 1
-    else:
-        depth = 2 * config.num_hidden_layers + 1
-    return 3 * depth * (EPS["bfloat16"] / 2) * scale
 
 
 def target_scores(rag, retrieval) -> tuple[torch.Tensor, torch.Tensor, int]:

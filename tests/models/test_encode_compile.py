@@ -15,9 +15,8 @@ from torch import nn
 
 from openbook.errors import InputError
 from openbook.models import precision
-from test_int8 import int8_bound
 from tiny import PASSAGES, tiny_encoder
-from tolerance import model_tolerance
+from tolerance import int8_bound, model_tolerance
 
 needs_compiler = pytest.mark.skipif(not (shutil.which("g++") or shutil.which("clang++")),
                                     reason="no C++ compiler (g++ or clang++): TorchInductor cannot compile here")

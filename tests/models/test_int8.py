@@ -16,24 +16,12 @@ from openbook.errors import InputError
 from openbook.models import precision
 from openbook.rag import RAG
 from openbook.rag.assemble import load_model
-from test_dtype import QUESTIONS, bfloat16_bound, kb, target_scores  # noqa: F401  (kb is a fixture)
+from test_dtype import QUESTIONS, kb, target_scores  # noqa: F401  (kb is a fixture)
 from tiny_causal import make_generator
 from tiny_runs import bart_generator, save_tiny_models, train_run
-from tolerance import magnitude
+from tolerance import int8_bound, magnitude
 
 pytestmark = pytest.mark.skipif(not precision.int8_engine(), reason="PyTorch has no x86 quantised engine here")
-
-
-def int8_bound(config, scale: float) -> float:
-    """How far a value computed with int8 linear layers may be from float32's.
-
-    A dynamically quantised layer rounds its input to 7 bits over the input's range (FBGEMM's
-    ``reduce_range``: at most 1/127 of the largest input, as the range is at most twice it) and its weights
-    to 8 bits per output channel (at most 1/255 of the row's largest), then accumulates exactly in int32:
-    each product is off by at most 1/127 + 1/255 ~= 3 * 2**-8 of the scale of its terms, bfloat16's 3u
-    (:func:`test_dtype.bfloat16_bound`). The output head is not quantised, attention and normalisation
-    stay float32, so the same first-order sum over the stacked reductions holds."""
-    return bfloat16_bound(config, scale)
 
 
 def linear_kinds(model: nn.Module) -> dict[str, type]:

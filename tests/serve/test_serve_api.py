@@ -146,12 +146,12 @@ def test_edits_make_new_versions_and_swaps_stay_under_the_root(tmp_path):
             r = await http.post("/v1/kb/passages", headers=ADMIN,
                                 json={"passages": [{"id": "n1", "title": "Music", "text": "music of the ocean"}]})
             assert r.status_code == 200, r.text
-            assert r.json() == {"kb": {"name": "main", "version": 2}, "changed": 1}
+            assert r.json() == {"kb": {"name": "main", "version": 2}, "changed": 1, "replayed": False}
             r = await http.put("/v1/kb/passages", headers=ADMIN,
                                json={"passages": [{"id": "n1", "text": "music of the mountain"}]})
             assert r.json()["kb"]["version"] == 3
             r = await http.request("DELETE", "/v1/kb/passages", headers=ADMIN, json={"ids": ["n1"]})
-            assert r.json() == {"kb": {"name": "main", "version": 4}, "changed": 1}
+            assert r.json() == {"kb": {"name": "main", "version": 4}, "changed": 1, "replayed": False}
             r = await http.request("DELETE", "/v1/kb/passages", headers=ADMIN, json={"ids": ["nope"]})
             assert r.status_code == 422 and "nope" in r.json()["error"]["message"]
             for bad in ["../kbs/other", "..", "/etc", "other/../main", "missing"]:

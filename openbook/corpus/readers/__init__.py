@@ -20,9 +20,13 @@ from any mix of sources (see :func:`source_kind`):
   header row naming the columns (``title`` optional), CSV quoting as DPR writes it;
 * Parquet (``.parquet``, ``.pq``; needs ``pyarrow``) with columns ``text`` (and ``title``) or
   ``contents``, and optionally ``id``, read one row group batch at a time;
-* plain text or Markdown files (``.txt``, ``.md``, ``.markdown``), alone or as a folder searched
-  recursively (hidden files skipped, in sorted path order): the title is the first Markdown heading
-  (that line is then left out of the text) or else the file name without its suffix.
+* CSV (``.csv``): each row a record, its columns ``name: value`` (a header row required);
+* documents read whole: plain text (``.txt``, any common encoding), Markdown (``.md``, ``.markdown``,
+  rendered to text), HTML (main content only), PDF (page by page) and DOCX -- the last three need the
+  ``openbook[docs]`` extra. The title is the document's own (first Markdown heading, HTML title, PDF or
+  DOCX metadata) or else the file name without its suffix;
+* folders of any of these, searched recursively (hidden files skipped, in sorted path order); a file
+  not read is named with its reason in a :class:`SourceReport`.
 
 There, a record without an id gets the base id ``"<file name>:<record number>"`` (0-based), so that
 records of different files do not collide; a text file's base id is ``"<folder name>/<relative path>"``
@@ -33,8 +37,12 @@ raises (``on_error="stop"``) or counts and reports them (``"skip"``); each is na
 One module per format, all re-exported here: :mod:`~openbook.corpus.readers.files` (plain or gzip
 files, line by line), :mod:`~openbook.corpus.readers.records` (record forms, passages of a record,
 :class:`RecordErrors`), :mod:`~openbook.corpus.readers.jsonl`, :mod:`~openbook.corpus.readers.tsv`,
-:mod:`~openbook.corpus.readers.parquet`, :mod:`~openbook.corpus.readers.text`, and
-:mod:`~openbook.corpus.readers.sources` (a corpus of several sources).
+:mod:`~openbook.corpus.readers.parquet`, :mod:`~openbook.corpus.readers.csvfile`,
+:mod:`~openbook.corpus.readers.text` (text and Markdown, via :mod:`~openbook.corpus.readers.decode` and
+:mod:`~openbook.corpus.readers.markdown`), :mod:`~openbook.corpus.readers.html`,
+:mod:`~openbook.corpus.readers.pdf`, :mod:`~openbook.corpus.readers.docx` (each returning a
+:mod:`~openbook.corpus.readers.document`), :mod:`~openbook.corpus.readers.report` (files read and not
+read) and :mod:`~openbook.corpus.readers.sources` (a corpus of several sources and folders).
 """
 
 # The task readers (openbook.eval.tasks) open their files with these two.
@@ -51,12 +59,15 @@ from openbook.corpus.readers.records import (
     passages_from_record,
     record_title_text,
 )
-from openbook.corpus.readers.sources import check_sources, iter_source_passages, source_kind
-from openbook.corpus.readers.text import TEXT_SUFFIXES, content_line
+from openbook.corpus.readers.report import SkippedFile, SourceReport
+from openbook.corpus.readers.sources import FILE_TYPES, check_sources, file_type, iter_source_passages, source_kind
+from openbook.corpus.readers.text import MARKDOWN_SUFFIXES, TEXT_SUFFIXES, content_line
 from openbook.corpus.readers.tsv import TSV_SUFFIXES
 
 __all__ = [
     "CHUNK_SEPARATOR",
+    "FILE_TYPES",
+    "MARKDOWN_SUFFIXES",
     "JSONL_SUFFIXES",
     "ON_ERROR_CHOICES",
     "PARQUET_SUFFIXES",
@@ -64,9 +75,12 @@ __all__ = [
     "TSV_SUFFIXES",
     "MalformedRecord",
     "RecordErrors",
+    "SkippedFile",
+    "SourceReport",
     "SourcePassage",
     "check_sources",
     "content_line",
+    "file_type",
     "iter_source_passages",
     "passages_from_record",
     "read_numbered_records",

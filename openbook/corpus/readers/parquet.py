@@ -45,4 +45,4 @@ def _parquet_source(path: Path, max_words: int, errors: RecordErrors, batch_rows
     except Exception as exc:  # pyarrow raises its own ArrowInvalid, OSError, ... for corrupt files
         if type(exc).__module__.split(".")[0] != "pyarrow" and not isinstance(exc, OSError):
             raise
-        errors(str(path), f"not a readable Parquet file ({exc})")
+        _file_error(InputError(f"{path}: not a readable Parquet file ({exc})"), errors)

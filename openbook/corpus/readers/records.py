@@ -19,6 +19,7 @@ from typing import Any
 
 from openbook.corpus.chunking import DEFAULT_MAX_WORDS, chunk_article, split_words
 from openbook.corpus.passages import Passage
+from openbook.corpus.readers.document import FileProblem
 from openbook.errors import InputError
 from openbook.presets import ON_ERROR
 
@@ -98,6 +99,7 @@ class RecordErrors:
         self.on_error = on_error
         self.report = report
         self.keep = keep
+        self.whole_files = False  # set while a folder's file is read: whole-file problems become FileProblem
         self.reset()
 
     def reset(self) -> None:
@@ -123,10 +125,14 @@ class RecordErrors:
 
 @dataclass(frozen=True)
 class SourcePassage:
-    """A passage and where it was read (``path:line``), for error messages about it."""
+    """A passage and where it was read (``path:line``), for error messages about it; ``document`` is the id
+    of the document it belongs to and ``document_sha256`` that document's content hash (None if unknown:
+    :func:`~openbook.corpus.readers.iter_source_passages` fills both in)."""
 
     where: str
     passage: Passage
+    document: str | None = None
+    document_sha256: str | None = None
 
 
 def _record_passages(
@@ -140,13 +146,23 @@ def _record_passages(
     except InputError as exc:
         errors(where, str(exc))
         return
+    document = record.get("document")  # an explicit document id (JSON Lines), else the file's
+    document = document if isinstance(document, str) and document else None
     for passage in passages:
-        yield SourcePassage(where, passage)
+        yield SourcePassage(where, passage, document)
 
 
 def _file_error(exc: InputError, errors: RecordErrors) -> None:
-    """A problem with a whole file (corrupt gzip, bad header): raise, or skip the rest of the file."""
+    """A problem with a whole file (corrupt gzip, bad header): raise, or skip the rest of the file.
+
+    For a file found in a folder (``errors.whole_files`` set), it is a :class:`FileProblem` instead: the
+    folder's report names the file and the build goes on, whatever ``on_error`` says.
+    """
     if isinstance(exc, MalformedRecord):
         raise exc
     where, _, problem = str(exc).partition(": ")
+    if errors.whole_files:
+        reason = "no header" if "header" in problem else "unreadable" if "cannot read" in problem else "corrupt"
+        line = where.rpartition(":")[2]
+        raise FileProblem(reason, f"line {line}: {problem}" if line.isdigit() else problem or str(exc))
     errors(where, problem or str(exc))

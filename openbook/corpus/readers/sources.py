@@ -1,69 +1,253 @@
-"""Whole corpora: the format of each source, and the passages of any mix of sources in order."""
+"""Whole corpora: the type of each source, and the passages of any mix of sources and folders in order.
 
+A folder is searched recursively (symbolic links followed, loops refused; hidden files and folders
+ignored, and counted) and every file of a supported type is read, in sorted path order. A file that
+cannot be read as a whole (unsupported type, unreadable, empty, encrypted, too large, corrupt, binary, a
+CSV without a header) is named with its reason in a :class:`SourceReport` and the rest goes on; a
+malformed record inside a file goes to the :class:`RecordErrors` as before.
+"""
+
+import dataclasses
+import errno
+import hashlib
 import os
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 
 from openbook.corpus.chunking import DEFAULT_MAX_WORDS, check_max_words
+from openbook.corpus.readers.csvfile import CSV_SUFFIXES, csv_passages
+from openbook.corpus.readers.document import FileProblem, need
+from openbook.corpus.readers.docx import DOCX_SUFFIXES, read_docx
 from openbook.corpus.readers.files import _strip_gz
+from openbook.corpus.readers.html import HTML_SUFFIXES, read_html
 from openbook.corpus.readers.jsonl import JSONL_SUFFIXES, _jsonl_source
 from openbook.corpus.readers.parquet import PARQUET_SUFFIXES, _import_parquet, _parquet_source
-from openbook.corpus.readers.records import RecordErrors, SourcePassage
-from openbook.corpus.readers.text import TEXT_SUFFIXES, _folder_source, _text_file_source
+from openbook.corpus.readers.pdf import PDF_SUFFIXES, read_pdf
+from openbook.corpus.readers.records import RecordErrors, SourcePassage, _record_passages
+from openbook.corpus.readers.report import SourceReport
+from openbook.corpus.readers.text import MARKDOWN_SUFFIXES, TEXT_SUFFIXES, read_markdown, read_text
 from openbook.corpus.readers.tsv import TSV_SUFFIXES, _tsv_source
 from openbook.errors import InputError
 
+# File types by suffix, in the order they are tried. JSON Lines and TSV may also be gzip-compressed (.gz).
+FILE_TYPES: dict[str, tuple[str, ...]] = {
+    "jsonl": JSONL_SUFFIXES, "tsv": TSV_SUFFIXES, "parquet": PARQUET_SUFFIXES, "csv": CSV_SUFFIXES,
+    "text": TEXT_SUFFIXES, "markdown": MARKDOWN_SUFFIXES, "html": HTML_SUFFIXES, "pdf": PDF_SUFFIXES,
+    "docx": DOCX_SUFFIXES,
+}
+_GZIP_TYPES = ("jsonl", "tsv")
+_DOCUMENT_READERS = {"text": read_text, "markdown": read_markdown, "html": read_html, "pdf": read_pdf,
+                     "docx": read_docx}
+# The libraries of the optional openbook[docs] extra, checked before any model loads.
+_LIBRARIES = {"html": ("trafilatura", "lxml_html_clean"), "pdf": ("pypdf",), "docx": ("docx",)}
+
+
+def file_type(path: str | os.PathLike) -> str | None:
+    """The type of a corpus file by its suffix (a key of ``FILE_TYPES``), or None if unsupported."""
+    name = Path(path).name.lower()
+    for kind, suffixes in FILE_TYPES.items():
+        if _strip_gz(name).endswith(suffixes) and (kind in _GZIP_TYPES or not name.endswith(".gz")):
+            return kind
+    return None
+
+
+def _known() -> str:
+    return ", ".join(s for suffixes in FILE_TYPES.values() for s in suffixes)
+
 
 def source_kind(path: str | os.PathLike) -> str:
-    """``"folder"``, ``"jsonl"``, ``"tsv"``, ``"parquet"`` or ``"text"`` for ``path``; InputError if unknown.
-
-    A missing path raises InputError too.
-    """
+    """``"folder"`` or the file type of ``path`` (see ``FILE_TYPES``); InputError if missing or unknown."""
     path = Path(path)
     if path.is_dir():
         return "folder"
     if not path.exists():
         raise InputError(f"{path}: no such file or directory")
-    name = _strip_gz(path.name).lower()
-    for kind, suffixes in (
-        ("jsonl", JSONL_SUFFIXES), ("tsv", TSV_SUFFIXES), ("parquet", PARQUET_SUFFIXES), ("text", TEXT_SUFFIXES)
-    ):
-        if name.endswith(suffixes):
-            if kind in ("parquet", "text") and path.name.lower().endswith(".gz"):
-                break
-            return kind
-    known = ", ".join(JSONL_SUFFIXES + TSV_SUFFIXES + PARQUET_SUFFIXES + TEXT_SUFFIXES)
-    raise InputError(
-        f"{path}: unknown corpus format; expected a folder of text files or a file ending in {known} "
-        f"(JSON Lines and TSV may be gzip-compressed, .gz)"
-    )
+    kind = file_type(path)
+    if kind is None:
+        raise InputError(
+            f"{path}: unknown corpus format; expected a folder or a file ending in {_known()} "
+            f"(JSON Lines and TSV may be gzip-compressed, .gz)"
+        )
+    return kind
 
 
 def check_sources(sources: Iterable[str | os.PathLike]) -> list[Path]:
-    """Check that every source exists and has a known format (cheap: before any model is loaded)."""
+    """Check that every source exists, has a known type and that its readers are installed (cheap: before
+    any model is loaded; a folder is listed, not read)."""
     paths = [Path(s) for s in sources]
     if not paths:
         raise InputError("no corpus source given")
     for path in paths:
-        if source_kind(path) == "parquet":
+        kinds = _folder_types(path) if path.is_dir() else {source_kind(path)}
+        if "parquet" in kinds:
             _import_parquet()
+        for kind in sorted(k for k in kinds if k in _LIBRARIES):
+            for module in _LIBRARIES[kind]:
+                try:
+                    need(module, f"{kind.upper()} files")
+                except FileProblem as exc:
+                    raise InputError(f"{path}: {exc.detail}") from None
     return paths
+
+
+def _folder_types(folder: Path) -> set[str]:
+    """The types of the files a folder build would read; InputError if there are none."""
+    report = SourceReport()
+    kinds = {file_type(f) for f, _ in _folder_files(folder, report)}
+    if not kinds:
+        first = f": {report.skipped[0]}" if report.skipped else ""
+        raise InputError(f"{folder}: no file openbook reads in this folder ({len(report.skipped)} not read{first})")
+    return kinds
 
 
 def iter_source_passages(
     sources: Iterable[str | os.PathLike],
     max_words: int = DEFAULT_MAX_WORDS,
     errors: RecordErrors | None = None,
+    report: SourceReport | None = None,
+    text_columns: Sequence[str] | None = None,
 ) -> Iterator[SourcePassage]:
     """Stream the passages of ``sources`` in order, split into ``max_words``-word chunks that keep titles.
 
-    Nothing is held in memory beyond the current record (Parquet: the current batch of rows).
+    Nothing is held in memory beyond the current record or document (Parquet: the current batch of
+    rows). Files not read go to ``report`` (which starts afresh at each pass); malformed records to ``errors``.
+    ``text_columns`` picks the text columns of CSV files.
     """
     check_max_words(max_words)
     errors = errors if errors is not None else RecordErrors()
-    readers = {
-        "folder": _folder_source, "text": _text_file_source, "jsonl": _jsonl_source,
-        "tsv": _tsv_source, "parquet": _parquet_source,
-    }
+    report = report if report is not None else SourceReport()
+    report.reset()
     for path in check_sources(sources):
-        yield from readers[source_kind(path)](path, max_words, errors)
+        if path.is_dir():
+            name = path.resolve().name or "corpus"
+            for file, relative in _folder_files(path, report):
+                yield from _with_document(file, relative, _file_passages(
+                    file, f"{name}/{relative}", max_words, errors, report, text_columns))
+        else:
+            yield from _with_document(path, path.name, _file_passages(
+                path, path.name, max_words, errors, report, text_columns, in_folder=False))
+
+
+def file_sha256(path: str | os.PathLike) -> str:
+    """Hex sha256 of a file's bytes (a document's content hash)."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _with_document(file: Path, document: str, items: Iterator[SourcePassage]) -> Iterator[SourcePassage]:
+    """Fill in each passage's document: in a folder, the file's path relative to the folder (``a/b.md``, the
+    same however the folder is named: relative, absolute, through a symlink); for a file source, an explicit
+    ``document`` field of the record or else the file's name. The content hash is the file's sha256."""
+    digest = None
+    for item in items:
+        if item.document is not None and item.document_sha256 is not None:
+            yield item
+            continue
+        digest = digest or file_sha256(file)
+        yield dataclasses.replace(item, document=item.document or document, document_sha256=digest)
+
+
+def _file_passages(path: Path, base_id: str, max_words: int, errors: RecordErrors, report: SourceReport,
+                   text_columns: Sequence[str] | None, in_folder: bool = True) -> Iterator[SourcePassage]:
+    """The passages of one file; a file that cannot be read is named in ``report`` instead (in a folder,
+    also a JSON Lines, TSV or Parquet file found corrupt or without a header: see ``_file_error``)."""
+    kind = file_type(path)
+    count = 0
+    try:
+        errors.whole_files = in_folder
+        for item in _reader(kind, text_columns)(path, base_id, max_words, errors, report):
+            count += 1
+            yield item
+    except FileProblem as problem:
+        kept = f"; the {count} passage(s) before it were kept" if count else ""
+        report.skip(path, problem.reason, problem.detail + kept)
+        return
+    except OSError as exc:
+        report.skip(path, "unreadable", f"cannot read: {exc.strerror or exc}")
+        return
+    finally:
+        errors.whole_files = False
+    if count:
+        report.add_read(kind)
+    else:
+        report.skip(path, "empty", "no passages in it")
+
+
+def _reader(kind: str, text_columns) -> Callable[..., Iterator[SourcePassage]]:
+    if kind in _DOCUMENT_READERS:
+        return lambda path, base_id, max_words, errors, report: _document_passages(
+            kind, path, base_id, max_words, errors, report)
+    if kind == "csv":
+        return lambda path, base_id, max_words, errors, report: csv_passages(
+            path, base_id, max_words, errors, text_columns)
+    stream = {"jsonl": _jsonl_source, "tsv": _tsv_source, "parquet": _parquet_source}[kind]
+    return lambda path, base_id, max_words, errors, report: stream(path, max_words, errors)
+
+
+def _document_passages(kind: str, path: Path, base_id: str, max_words: int, errors: RecordErrors,
+                       report: SourceReport) -> Iterator[SourcePassage]:
+    """A document read whole: one record, or one per page (ids ``<base>:page<n>``) when it has pages."""
+    document = _DOCUMENT_READERS[kind](path)
+    if document.encoding not in (None, "utf_8", "ascii"):
+        report.encoding(path, document.encoding)
+    paged = any(part.page is not None for part in document.parts)
+    for part in document.parts:
+        if paged:
+            part_id, title = f"{base_id}:page{part.page}", f"{document.title} > page {part.page}"
+        else:
+            part_id, title = base_id, document.title
+        record = {"id": part_id, "title": title, "text": part.text}
+        yield from _record_passages(record, part_id, f"{path}:{part.page or 1}", max_words, errors)
+
+
+def _folder_files(folder: Path, report: SourceReport) -> list[tuple[Path, str]]:
+    """The files of ``folder`` to read, as ``(path, relative path)`` in sorted order; the others go to ``report``."""
+    files = []
+    seen = {os.path.realpath(folder)}
+    for root, dirs, names in os.walk(folder, followlinks=True):
+        kept = []
+        for d in sorted(dirs):
+            real = os.path.realpath(os.path.join(root, d))
+            if d.startswith("."):
+                report.hidden += 1
+            elif real in seen or not os.path.isdir(real):
+                report.skip(Path(root, d), "unreadable", "symbolic link loop (a folder already read)")
+            else:
+                seen.add(real)
+                kept.append(d)
+        dirs[:] = kept
+        for file_name in names:
+            path = Path(root, file_name)
+            if file_name.startswith("."):
+                report.hidden += 1
+                continue
+            problem = _file_problem(path)
+            if problem is not None:
+                report.skip(path, *problem)
+            else:
+                files.append((path.relative_to(folder).as_posix(), path))
+    return [(path, relative) for relative, path in sorted(files)]
+
+
+def _file_problem(path: Path) -> tuple[str, str] | None:
+    """Why ``path`` (in a folder) will not be read, judged from its name and metadata; None if it will be."""
+    try:
+        info = path.stat()
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            return "unreadable", "symbolic link loop"
+        if path.is_symlink():
+            return "unreadable", "broken symbolic link"
+        return "unreadable", f"cannot read: {exc.strerror or exc}"
+    if file_type(path) is None:
+        return "unsupported type", f"unsupported type ({path.suffix or 'no suffix'}; openbook reads {_known()})"
+    if not path.is_file():
+        return "unreadable", "not a regular file"
+    if not os.access(path, os.R_OK):
+        return "unreadable", "cannot read: permission denied"
+    if info.st_size == 0:
+        return "empty", "empty file"
+    return None

@@ -2,7 +2,8 @@
 
 Layout of a knowledge-base directory (``FORMAT_VERSION`` 2)::
 
-    passages.sqlite   the passage store: row (= vector id), id, title, text, added/deleted version
+    passages.sqlite   the passage store: row (= vector id), id, title, text, added/deleted version, and
+                      each row's document and its content hash (see openbook.index.store_documents)
     embeddings.npy    (num_rows, dim) float32 or float16 document vectors, row i = store row i
     index.faiss       the dense index over all rows (after edits: index.v<N>.faiss, named in the manifest)
     manifest.json     what is there, checksums, and the version history (written last, atomically)
@@ -52,7 +53,8 @@ so none is ever published.
 :mod:`~openbook.index.kb.folder` (the lock, what a build may replace, leftovers of killed processes),
 :mod:`~openbook.index.kb.indexing` (creating, loading and searching the dense index),
 :mod:`~openbook.index.kb.append` (encoding and appending new passages), :mod:`~openbook.index.kb.build`
-(resumable builds), :mod:`~openbook.index.kb.edit` (crash-safe edits and versions) and
+(resumable builds), :mod:`~openbook.index.kb.edit` (crash-safe edits and versions),
+:mod:`~openbook.index.kb.documents` (documents: list, delete, sync with a folder) and
 :mod:`~openbook.index.kb.api` (the :class:`KnowledgeBase` object).
 
 Integrity checks on load (``verify``): ``"auto"`` (default) checks that every file is present with its
@@ -61,6 +63,7 @@ to ``CHECKSUM_AUTO_MAX_BYTES``; ``"full"`` verifies every checksum, ``"size"`` n
 """
 
 from openbook.index.kb.api import KnowledgeBase
+from openbook.index.kb.documents import delete_document, list_documents, sync_documents
 from openbook.index.kb.edit import add_passages, delete_passages, disk_usage, update_passages, use_version
 from openbook.index.kb.folder import partial_dir
 from openbook.index.kb.indexing import parse_index_params
@@ -79,13 +82,16 @@ __all__ = [
     "KnowledgeBase",
     "add_passages",
     "check_encoder_matches",
+    "delete_document",
     "delete_passages",
     "describe_encoder",
     "disk_usage",
+    "list_documents",
     "parse_index_params",
     "partial_dir",
     "read_manifest",
     "stored_format_version",
+    "sync_documents",
     "update_passages",
     "use_version",
 ]

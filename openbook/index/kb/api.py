@@ -18,6 +18,7 @@ from openbook.errors import InputError, KnowledgeBaseError, positive_int
 from openbook.index.dense import DenseIndex, index_class
 from openbook.index.kb.build import build_and_publish
 from openbook.index.kb.counts import check_counts
+from openbook.index.kb.documents import delete_document, sync_documents
 from openbook.index.kb.edit import add_passages, delete_passages, update_passages, use_version
 from openbook.index.kb.folder import check_out_dir
 from openbook.index.kb.indexing import _check_index_params, _load_embeddings, _load_index, _search_excluding
@@ -188,6 +189,24 @@ class KnowledgeBase:
         version = delete_passages(self._path, passage_ids, description)
         self.reload()
         return version
+
+    def delete_document(self, document: str, description: str | None = None) -> int:
+        """Delete every passage of ``document`` as a new version; return its number."""
+        version = delete_document(self._path, document, description)
+        self.reload()
+        return version
+
+    def sync(self, passages, encode_passages: EncodePassages, **options) -> dict[str, Any]:
+        """Make the knowledge base's documents those of ``passages`` as one new version (see
+        :func:`~openbook.index.kb.documents.sync_documents`, which takes the same ``options``)."""
+        report = sync_documents(self._path, passages, encode_passages, **options)
+        self.reload()
+        return report
+
+    def documents(self) -> list[dict[str, Any]]:
+        """The documents visible at this version: ``{"document", "sha256", "passages": [ids]}`` in order of
+        their first passage (passages of no document last, under ``"document": None``)."""
+        return self._store.documents(self._version, self._visible_rows)
 
     def use_version(self, version: int) -> None:
         """Make ``version`` current (on disk, for every later load) and show it."""

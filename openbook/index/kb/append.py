@@ -60,6 +60,7 @@ class _Appender:
         self.after_batch, self.bar = after_batch, bar
         self.input_start = rows if input_start is None else input_start
         self.pending: list[Passage] = []
+        self.pending_documents: list[tuple[str | None, str | None]] = []
         self.pending_ids: dict[str, str] = {}  # id -> where it was read, for the current batch
 
     def feed(self, items: Iterable[SourcePassage]) -> None:
@@ -70,6 +71,7 @@ class _Appender:
                 self.errors(item.where, problem)
                 continue
             self.pending.append(item.passage)
+            self.pending_documents.append((item.document, item.document_sha256))
             self.pending_ids[pid] = item.where
             if len(self.pending) == self.batch_size:
                 self.flush()
@@ -85,7 +87,8 @@ class _Appender:
         if row >= self.input_start:
             return f"duplicate passage id {pid!r}: an earlier passage of the input has this id (passage ids must be unique)"
         return (f"duplicate passage id {pid!r}: the knowledge base already has a passage with this id "
-                f"(use `openbook kb update` to change it)")
+                f"(use `openbook kb update` to change it, or `openbook kb sync KB DIR` to bring in a folder's "
+                f"changed files)")
 
     def flush(self) -> None:
         if not self.pending:
@@ -97,9 +100,9 @@ class _Appender:
             self.writer = self.make_writer(vectors.shape[1])
         self.writer.append(vectors)
         with self.store.transaction():
-            self.store.insert(self.rows, batch, self.version)
+            self.store.insert(self.rows, batch, self.version, self.pending_documents)
         self.rows += len(batch)
-        self.pending, self.pending_ids = [], {}
+        self.pending, self.pending_ids, self.pending_documents = [], {}, []
         self.after_batch(self.rows)
         if self.bar is not None:
             self.bar.update(len(batch))

@@ -236,7 +236,9 @@ def update_passages(path, updates, encode_passages: EncodePassages, progress: bo
             raise InputError(f"knowledge base {path} has no passage {_describe_ids(unknown)}; "
                              f"use `openbook kb add` for new passages")
         old = dict(zip([pid for _, pid, _, _ in items], store.get([rows[pid] for _, pid, _, _ in items])))
-        new = [SourcePassage(where, Passage(pid, old[pid].title if title is None else title, text))
+        documents = store.row_documents(list(rows.values()))  # an updated passage stays in its document
+        new = [SourcePassage(where, Passage(pid, old[pid].title if title is None else title, text),
+                             *documents.get(rows[pid], (None, None)))
                for where, pid, title, text in items]
         with store.transaction():
             store.mark_deleted(list(rows.values()), version)

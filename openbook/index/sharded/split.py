@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from openbook.atomic import atomic_dir
+from openbook.corpus import Passage, SourcePassage
 from openbook.errors import InputError, positive_int
 from openbook.index.kb import KnowledgeBase
 from openbook.index.kb.layout import _now
@@ -57,15 +58,25 @@ def shard_knowledge_base(source: str | os.PathLike, num_shards: int, out: str | 
     return out
 
 
+def _with_documents(kb: KnowledgeBase, chunk: list[tuple[int, Passage]]) -> list[SourcePassage]:
+    documents = kb.store.row_documents([row for row, _ in chunk])
+    return [SourcePassage(f"row {row}", passage, *documents.get(row, (None, None))) for row, passage in chunk]
+
+
 def _build_shard(kb: KnowledgeBase, shard: int, num_shards: int, out: Path, params: dict[str, Any],
                  progress: bool) -> KnowledgeBase:
     rows_by_id: dict[str, int] = {}
 
-    def passages():
+    def passages():  # with their documents (looked up a chunk of rows at a time)
+        chunk: list[tuple[int, Passage]] = []
         for position, (row, passage) in enumerate(kb.live_rows()):
             if position % num_shards == shard:
                 rows_by_id[passage.id] = row
-                yield passage
+                chunk.append((row, passage))
+            if len(chunk) == SHARD_BATCH:
+                yield from _with_documents(kb, chunk)
+                chunk = []
+        yield from _with_documents(kb, chunk)
 
     def stored_vectors(batch) -> np.ndarray:
         return np.asarray(kb.embeddings[[rows_by_id[p.id] for p in batch]], dtype=np.float32)

@@ -15,7 +15,7 @@ from openbook import cli
 from openbook.errors import InputError
 from openbook.index.kb import parse_index_params
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 def openbook_bytes(*argv: bytes) -> subprocess.CompletedProcess:
@@ -47,7 +47,7 @@ def test_a_lone_surrogate_given_from_python_is_refused_before_any_model_loads(mo
     def no_model(args):
         raise AssertionError("the model must not load for a bad argument")
 
-    monkeypatch.setattr(options, "load_model", no_model)
+    monkeypatch.setattr(options, "model_from_args", no_model)
     assert cli.main(["ask", "Who wrote \udfff?"]) == 2
     assert cli.main(["kb", "update", "kb", "--id", "p1", "--title", "\ud800", "--text", "x"]) == 2
     err = capsys.readouterr().err.splitlines()

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 README_MAX_LINES = 300
 
 _NUMBER = r"(?<![\w.])~?\d[\d,]*(?:\.\d+)?"

@@ -10,7 +10,7 @@ import pytest
 import test_kb_cli
 from openbook.errors import InputError
 from test_kb_cli import run
-from test_kb_findings import one_error_line
+from test_kb_safety import one_error_line
 from test_kb_store import build, corpus
 
 encoders = test_kb_cli.encoders  # fixtures: the encoder loader replaced, a small corpus

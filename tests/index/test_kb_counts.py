@@ -13,7 +13,7 @@ from openbook.errors import KnowledgeBaseError
 from openbook.index import KnowledgeBase
 from openbook.index.kb import MANIFEST_FILE, read_manifest
 from test_kb_cli import build_kb, run
-from test_kb_findings import one_error_line
+from test_kb_safety import one_error_line
 
 encoders = test_kb_cli.encoders  # fixtures: the encoder loader replaced, a small corpus
 corpus_dir = test_kb_cli.corpus_dir

@@ -1,0 +1,81 @@
+"""What ``kb build`` and ``kb add`` say about their sources: the files read per type and every file not
+read with its reason (``--json`` carries the same), ``--strict``, and ``--text-columns`` for CSV files.
+
+A file that cannot be read is named and skipped, so a bad file never stops a folder build after the
+encoder has loaded; with ``--strict`` every source is read once before the encoder loads, and any file
+that would not be read stops the command there.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import warnings
+
+
+def add_source_options(parser: argparse.ArgumentParser) -> None:
+    """``--strict`` and ``--text-columns`` (and ``--json`` where the command has none yet)."""
+    parser.add_argument("--strict", action="store_true",
+                        help="read every source before loading the encoder and stop if any file cannot be read "
+                             "(default: name each such file with its reason, skip it and go on)")
+    parser.add_argument("--text-columns", type=_column_list, default=None, metavar="NAME,...",
+                        help="the columns of CSV files that make up the text, written 'name: value' "
+                             "(default: all but id and title)")
+    if not any("--json" in action.option_strings for action in parser._actions):
+        parser.add_argument("--json", action="store_true", help="print one JSON object instead of a summary")
+
+
+def _column_list(text: str) -> list[str]:
+    names = [name.strip() for name in text.split(",") if name.strip()]
+    if not names:
+        raise argparse.ArgumentTypeError(f"expected comma-separated column names, got {text!r}")
+    return names
+
+
+def source_report(args: argparse.Namespace, sources, max_words: int, errors):
+    """The report a read of ``sources`` fills in; with ``--strict``, after a first read that raises
+    InputError if any file would not be read (call it before the encoder loads)."""
+    from openbook.corpus import RecordErrors, SourceReport, iter_source_passages
+    from openbook.errors import InputError
+
+    report = SourceReport(report=None if args.json else lambda message: warnings.warn(message, stacklevel=2))
+    if args.strict:
+        check = SourceReport()
+        for _ in iter_source_passages(sources, max_words, RecordErrors(errors.on_error), check, args.text_columns):
+            pass  # malformed records follow --on-error, in this pass as in the build's (warned about once, there)
+        if check.skipped:
+            more = f" (and {len(check.skipped) - 1} more file(s) not read)" if len(check.skipped) > 1 else ""
+            raise InputError(f"{check.skipped[0]}{more}; without --strict such files are named and skipped")
+    return report
+
+
+def print_built(args, kb, num_sources: int, errors, report, print_summary) -> None:
+    """What ``kb build`` made: one JSON object with ``--json``, else lines ending in ``print_summary()``."""
+    if args.json:
+        return _print_json({"path": str(kb.path), "num_passages": len(kb), "num_sources": num_sources}, errors, report)
+    print(f"built knowledge base {kb.path}: {len(kb)} passages from {num_sources} source(s)")
+    if errors.skipped:
+        print(f"  skipped {errors.skipped} malformed record(s); first: {errors.examples[0]}")
+    _print_report(report)
+    print_summary()
+
+
+def print_added(args, path, version: int, errors, report, print_edited) -> int:
+    """What ``kb add`` did: one JSON object with ``--json``, else ``print_edited(path, version)`` and the report."""
+    if args.json:
+        _print_json({"path": str(path), "version": version}, errors, report)
+        return 0
+    print_edited(path, version)
+    _print_report(report)
+    return 0
+
+
+def _print_report(report) -> None:
+    for line in report.lines():
+        print(f"  {line}")
+
+
+def _print_json(record: dict, errors, report) -> None:
+    record = {**record, **report.as_dict(), "records_skipped": errors.skipped,
+              "records_skipped_examples": errors.examples}
+    print(json.dumps(record, ensure_ascii=False, indent=2))
