@@ -91,11 +91,11 @@ def percentile(values: list[float], q: float) -> float:
 
 def ask_settings(k: int) -> tuple[dict, str]:
     """The keyword arguments of ``rag.ask`` that ``openbook ask`` uses by default, and its ``--dtype``."""
-    from openbook.commands.ask import ASK_DEFAULTS
+    from openbook.presets import INTERACTIVE
 
-    settings = {"k": k, "num_beams": ASK_DEFAULTS["beams"], "decoding": ASK_DEFAULTS["decoding"],
-                "max_new_tokens": ASK_DEFAULTS["max-new-tokens"]}
-    return settings, ASK_DEFAULTS["dtype"]
+    settings = {"k": k, "num_beams": INTERACTIVE.num_beams, "decoding": INTERACTIVE.decoding,
+                "max_new_tokens": INTERACTIVE.max_new_tokens}
+    return settings, INTERACTIVE.dtype
 
 
 def cold_start(question: str, k: int) -> tuple[float, dict]:

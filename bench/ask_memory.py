@@ -33,15 +33,15 @@ def main() -> None:
     from openbook.commands import options
 
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    from openbook.commands.ask import ASK_DEFAULTS
+    from openbook.presets import DECODINGS, INTERACTIVE
 
     # openbook serve's compute type (its default is openbook ask's), not load_model's float32
     options.add_options(p, "model", "run", "kb", "generator", "untrained", "encoder", "dtype", "device",
-                        defaults={"dtype": ASK_DEFAULTS["dtype"]})
+                        preset=INTERACTIVE)
     p.add_argument("--questions", type=int, default=2, help="questions in the batch (default: %(default)s)")
     p.add_argument("--k", type=int, default=16, help="passages per question (default: %(default)s)")
     p.add_argument("--beams", type=int, default=8, help="beam size (default: %(default)s)")
-    p.add_argument("--decoding", default="fast", choices=("fast", "thorough", "lazy"))
+    p.add_argument("--decoding", default="fast", choices=DECODINGS)
     p.add_argument("--max-new-tokens", type=int, default=64)
     args = p.parse_args()
     if not 1 <= args.questions <= len(QUESTIONS):

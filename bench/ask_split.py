@@ -50,11 +50,11 @@ def main() -> None:
     from openbook.commands import options
 
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    from openbook.commands.ask import ASK_DEFAULTS
+    from openbook.presets import INTERACTIVE
 
     # openbook ask's (and openbook serve's) compute type, as bench/serve_load.py's: not load_model's float32
     options.add_options(p, "model", "run", "kb", "generator", "untrained", "encoder", "k", "dtype", "device",
-                        defaults={"dtype": ASK_DEFAULTS["dtype"]})
+                        preset=INTERACTIVE)
     p.add_argument("--questions", type=int, default=16, help="questions, and the batch size (default: %(default)s)")
     p.add_argument("--rounds", type=int, default=2, help="timed rounds of each mode (default: %(default)s)")
     args = p.parse_args()

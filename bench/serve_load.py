@@ -451,11 +451,11 @@ def pooled_rate(counts: list[tuple[int, float]]) -> float:
 def add_load_options(p: argparse.ArgumentParser, rounds_help: str, startup_timeout: float) -> None:
     """The model options and the flags this benchmark shares with bench/serve_ray_load.py."""
     from openbook.commands import options
-    from openbook.commands.ask import ASK_DEFAULTS
+    from openbook.presets import INTERACTIVE
     from openbook.serve import ServeConfig
 
     options.add_options(p, "run", "model", "kb", "generator", "untrained", "encoder", "k", "dtype",
-                        defaults={"dtype": ASK_DEFAULTS["dtype"]})
+                        preset=INTERACTIVE)
     p.add_argument("--seconds", type=float, default=60.0, help="length of each phase or turn (default: %(default)s)")
     p.add_argument("--rounds", type=int, default=2, help=f"{rounds_help} (default: %(default)s)")
     p.add_argument("--max-batch-size", type=int, default=ServeConfig.max_batch_size,

@@ -15,13 +15,9 @@ from typing import Any, TextIO
 
 from openbook.commands import finite_float, options
 from openbook.errors import InputError, OpenbookError, one_line
+from openbook.presets import INTERACTIVE, PAPER
 
 SNIPPET_CHARS = 160
-# Interactive defaults for a short-answer model: greedy, Lazy decoding (Fast decoding's answer, from only the
-# passages that decide it), 16 new tokens, bfloat16 where the CPU has it. The paper's settings (openbook
-# eval's defaults) are one set of flags away.
-ASK_DEFAULTS = {"beams": 1, "decoding": "lazy", "max-new-tokens": 16, "dtype": "auto"}
-PAPER_FLAGS = "--beams 4 --decoding thorough --max-new-tokens 32 --dtype float32"
 
 
 def register(subparsers) -> None:
@@ -40,17 +36,19 @@ def register(subparsers) -> None:
             '  openbook ask "Who got the first Nobel Prize in Physics?"\n'
             '  openbook ask "Who wrote Hamlet?" --model rag-token --k 10 --json\n'
             "  openbook ask --file questions.txt --json > answers.jsonl\n\n"
-            "defaults: greedy search, Lazy decoding (Fast decoding's answer, reading passages only until it is\n"
-            "settled), 16 new tokens, bfloat16 where the CPU computes it natively (quick short answers).\n"
-            "The paper's decoding, as `openbook eval` uses by default:\n"
-            f"  openbook ask \"Who wrote Hamlet?\" {PAPER_FLAGS}"
+            "defaults (the interactive preset, as RAG.ask's and POST /v1/ask's): greedy search, Lazy decoding\n"
+            "(Fast decoding's answer, reading passages only until it is settled), "
+            f"{INTERACTIVE.max_new_tokens} new tokens, bfloat16\n"
+            "where the CPU computes it natively: quick short answers. The paper's decoding, as `openbook eval`\n"
+            "uses by default (the paper preset; eval's answer length is the task's):\n"
+            f"  openbook ask \"Who wrote Hamlet?\" {PAPER.flags()}"
         ),
     )
     ask.add_argument("question", nargs="?", metavar="QUESTION", help="the question to answer")
     ask.add_argument("--file", metavar="QUESTIONS.txt",
                      help="answer every question in this file, one per line (blank lines skipped; '-' reads stdin)")
     options.add_options(ask, "model", "k", "retriever", "beams", "decoding", "run", "kb", "generator", "untrained", "encoder",
-                        "max-new-tokens", "dtype", "device", "batch-size", defaults=ASK_DEFAULTS)
+                        "max-new-tokens", "dtype", "device", "batch-size", preset=INTERACTIVE)
     ask.add_argument("--min-new-tokens", type=int, metavar="N", default=0,
                      help="shortest answer, in generator tokens (default: %(default)s)")
     ask.add_argument("--length-penalty", type=finite_float, metavar="X", default=1.0,
@@ -65,9 +63,9 @@ def _cmd_ask(args: argparse.Namespace) -> int:
         args.subparser.error("give exactly one of QUESTION or --file")  # exits with status 2
 
     decoding = args.decoding
-    if args.decoding != ASK_DEFAULTS["decoding"] and args.model not in (None, "rag-sequence"):
+    if args.decoding != INTERACTIVE.decoding and args.model not in (None, "rag-sequence"):
         warnings.warn(f"--decoding {args.decoding} applies to --model rag-sequence only; ignored for {args.model}", stacklevel=2)
-        decoding = ASK_DEFAULTS["decoding"]
+        decoding = INTERACTIVE.decoding
 
     # Read the questions before loading any model, so a wrong path fails in milliseconds.
     numbered = _read_questions(args.file) if args.file is not None else []

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from openbook.commands import k_list, options, positive_int
-from openbook.commands.options import RETRIEVERS
+from openbook.presets import PAPER, RETRIEVERS
 
 DEFAULT_K_TEXT = "1,5,20,100"
 MATCH_MODES = ("dpr", "lenient", "regex")
@@ -151,7 +151,7 @@ def _cmd_task(args: argparse.Namespace) -> int:
 
     report = evaluate(
         model, task, examples, k=args.k, batch_size=args.batch_size, num_beams=args.beams,
-        max_new_tokens=args.max_new_tokens, decoding=args.decoding or options.DEFAULT_DECODING,
+        max_new_tokens=args.max_new_tokens, decoding=args.decoding or PAPER.decoding,
         progress=sys.stderr.isatty(),
     )
     report["settings"] = {

@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 
 from openbook.commands import finite_float, k_list, options, positive_int
+from openbook.presets import MODELS, PAPER
 
 
 def register(commands) -> None:
@@ -92,7 +93,7 @@ def _register_paper_experiments(group) -> None:
                        ("frozen", "answering with the dense retriever (trained with --freeze-retriever)"),
                        ("learned", "answering with the dense retriever (trained end to end)")):
         p.add_argument(f"--{name}", metavar="RUN", help=f"a run {what}; " + RUN_HELP)
-    p.add_argument("--model", choices=("rag-sequence", "rag-token"), default="rag-sequence",
+    p.add_argument("--model", choices=MODELS, default="rag-sequence",
                    help="the kind of 'default' runs (default: %(default)s)")
     p.add_argument("--k", type=positive_int, help="passages per question (default: each run's own k)")
     p = _experiment(group, "k-sweep", "exact match and answer recall vs test-time k (Figure 3)",
@@ -101,7 +102,7 @@ def _register_paper_experiments(group) -> None:
     p.add_argument("--run", action="append", metavar="RUN", help="repeatable; " + RUN_HELP + " (default: default)")
     p.add_argument("--ks", type=k_list, default="1,2,3,5,10", metavar="K,K,...",
                    help="comma-separated test-time k (default: %(default)s)")
-    p.add_argument("--model", choices=("rag-sequence", "rag-token"), default="rag-sequence",
+    p.add_argument("--model", choices=MODELS, default="rag-sequence",
                    help="the kind of 'default' runs (default: %(default)s)")
     p.add_argument("--score-scale", type=finite_float, metavar="S", help="multiply the retrieval scores by S in p(z|x) "
                    "instead of each run's own scale (smaller: a flatter prior over the top k)")
@@ -114,13 +115,14 @@ def _register_paper_experiments(group) -> None:
     given.add_argument("--inputs", metavar="FILE", help="find a hand-over: decode the inputs of FILE (read by "
                        "--task) and show the generation whose document posterior moves most between two tokens "
                        "with different most probable documents")
-    p.add_argument("--task", default="jeopardy", help="task reading --inputs (default: %(default)s)")
+    p.add_argument("--task", default="jeopardy", help="task reading --inputs; its answer length is the default "
+                   "--max-new-tokens (default: %(default)s)")
     p.add_argument("--min-moved", type=_fraction, default=MIN_MOVED, metavar="P",
                    help="with --inputs: the least posterior mass a hand-over moves (default: %(default)s)")
     p.add_argument("--limit", type=positive_int, metavar="N", help="first N inputs of --inputs only")
     options.add_options(p, "batch-size")
     p.add_argument("--k", type=positive_int, default=5, help="documents (default: %(default)s)")
-    p.add_argument("--max-new-tokens", type=positive_int, default=16, metavar="N", help="longest answer (default: 16)")
+    options.add_options(p, "max-new-tokens")  # the paper preset's: the --task's answer length
     p = _experiment(group, "diversity", "distinct/total trigrams of the generations (Table 5)",
                     "Ratio of distinct to total trigrams of each model's generations and of the gold targets "
                     "(paper Table 5; the paper's setting is --task jeopardy).", _diversity)
@@ -152,7 +154,7 @@ def _fraction(value: str) -> float:
 
 
 def _model_runs(p) -> None:
-    for name in ("closed-book", "rag-sequence", "rag-token"):
+    for name in ("closed-book", *MODELS):
         p.add_argument(f"--{name}", metavar="RUN", help=RUN_HELP)
 
 
@@ -162,7 +164,7 @@ def _settings(args: argparse.Namespace):
     options.quiet_libraries()
     return EvalSettings(data=args.data, task=args.task, limit=args.limit, batch_size=args.batch_size,
                         beams=args.beams, max_new_tokens=args.max_new_tokens,
-                        decoding=args.decoding or options.DEFAULT_DECODING, kb=args.kb,
+                        decoding=args.decoding or PAPER.decoding, kb=args.kb,
                         k=args.k, device=str(options.device(args)))
 
 
@@ -208,7 +210,8 @@ def _posterior(args: argparse.Namespace) -> int:
         inputs = [ex.input for ex in examples]
     return run_posterior(args.run, args.question, args.out, k=args.k, beams=args.beams,
                          max_new_tokens=args.max_new_tokens, kb=args.kb, as_json=args.json, inputs=inputs,
-                         batch_size=args.batch_size, min_moved=args.min_moved, device=str(options.device(args)))
+                         batch_size=args.batch_size, min_moved=args.min_moved, device=str(options.device(args)),
+                         task=args.task)
 
 
 def _fever(args: argparse.Namespace) -> int:
@@ -259,11 +262,12 @@ def run_hot_swap_command(args: argparse.Namespace) -> int:
         passages, encoder, path, progress=False, replace=True)
     probe = build(_probe_passage(), out / "kb-probe")  # the model starts on this; each era's index replaces it
     if args.run:  # the run's own knowledge base is never loaded
-        rag = load_model(run=args.run, kb=probe, model=args.model, device=device)
+        rag = load_model(run=args.run, kb=probe, model=args.model, dtype=PAPER.dtype, device=device)
         model, generator = rag.model_type, str(Path(args.run).resolve())
     else:
         model, generator = args.model or "rag-sequence", args.generator
-        rag = load_model(model=model, kb=probe, generator=args.generator, encoder=encoder, k=1, device=device)
+        rag = load_model(model=model, kb=probe, generator=args.generator, encoder=encoder, k=1, dtype=PAPER.dtype,
+                         device=device)
     k = args.k or options.DEFAULT_K
     report = run_hot_swap(rag, args.leaders, out, build, limit=args.limit, k=k, num_beams=args.beams,
                           max_new_tokens=args.max_new_tokens or HOT_SWAP_MAX_NEW_TOKENS)

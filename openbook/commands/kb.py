@@ -21,6 +21,7 @@ from typing import Any
 
 from openbook.commands import kb_build, kb_documents, kb_shard, options, positive_int
 from openbook.commands.kb_encode import RAY_BATCH, build_encode_passages, check_build_compile, encode_fn
+from openbook.presets import DTYPES, EMBEDDING_DTYPES, ON_ERROR
 
 
 def load_encoder(name: str):
@@ -94,14 +95,14 @@ def _register_build(actions) -> None:
                        help="an index parameter, e.g. M=32 or nlist=4096 (repeatable)")
     build.add_argument("--max-words", type=positive_int, default=100, metavar="N",
                        help="words per passage (default: %(default)s, as in the RAG paper)")
-    build.add_argument("--on-error", choices=("stop", "skip"), default="stop",
+    build.add_argument("--on-error", choices=ON_ERROR, default="stop",
                        help="a malformed record stops the build (default) or is skipped and counted")
-    build.add_argument("--dtype", choices=("float32", "float16"), default="float32",
+    build.add_argument("--dtype", choices=EMBEDDING_DTYPES, default="float32",
                        help="how the document vectors are stored (default: %(default)s; float16 halves the size)")
     build.add_argument("--batch-size", type=positive_int, default=None, metavar="N",
                        help="passages encoded and saved per batch, the unit of resuming (default: 256, "
                             f"{RAY_BATCH} with --ray)")
-    build.add_argument("--encode-dtype", choices=("auto", "float32", "bfloat16", "int8"), default=None,
+    build.add_argument("--encode-dtype", choices=DTYPES, default=None,
                        help="compute type of the document encoder: bfloat16 is faster where the CPU has it natively, "
                             "int8 (dynamic quantisation) on x86 CPUs (auto: bfloat16 there, else float32); default: "
                             "float32 (bench/build_throughput.py compares their speed and NQ recall@5)")
@@ -143,7 +144,7 @@ def _register_add(actions) -> None:
                      help="document encoder (default: the one the knowledge base was built with)")
     add.add_argument("--max-words", type=positive_int, default=None, metavar="N",
                      help="words per passage (default: as the knowledge base was built)")
-    add.add_argument("--on-error", choices=("stop", "skip"), default="stop",
+    add.add_argument("--on-error", choices=ON_ERROR, default="stop",
                      help="a malformed record (or an id already present) stops the edit (default) or is skipped")
     add.add_argument("--batch-size", type=positive_int, default=256, metavar="N")
     add.add_argument("--description", default=None, help="describe this version (default: what changed)")

@@ -14,6 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from openbook.commands import options, positive_int
+from openbook.presets import ON_ERROR
 
 
 def register(actions, delete: argparse.ArgumentParser, kb_encoder: Callable, record_errors: Callable) -> None:
@@ -39,7 +40,7 @@ def register(actions, delete: argparse.ArgumentParser, kb_encoder: Callable, rec
                       help="document encoder (default: the one the knowledge base was built with)")
     sync.add_argument("--max-words", type=positive_int, default=None, metavar="N",
                       help="words per passage (default: as the knowledge base was built)")
-    sync.add_argument("--on-error", choices=("stop", "skip"), default="stop",
+    sync.add_argument("--on-error", choices=ON_ERROR, default="stop",
                       help="a malformed record stops the sync (default, nothing changes) or is skipped; a file "
                            "that gave no passages but is still there keeps its old passages")
     sync.add_argument("--batch-size", type=positive_int, default=256, metavar="N")

@@ -12,25 +12,15 @@ from collections.abc import Callable
 
 from openbook.commands import k_arg, positive_int
 from openbook.errors import MAX_K
+from openbook.presets import DECODINGS, DEVICES, DTYPES, MODELS, MODELS_WITH_CLOSED_BOOK, PAPER, RETRIEVERS, Preset
 
-MODELS = ("rag-sequence", "rag-token")
-WITH_CLOSED_BOOK = (*MODELS, "closed-book")
-RETRIEVERS = ("dense", "bm25", "hybrid")  # openbook.index.retriever.RETRIEVERS, spelled out: no imports here
-DECODINGS = ("thorough", "fast", "lazy")
-DTYPES = ("auto", "float32", "bfloat16", "int8")  # openbook.models.precision.DTYPES, spelled out: no imports here
-DEVICES = ("auto", "cpu", "cuda")  # openbook.models.device.DEVICES, spelled out: no imports here
 DEFAULT_DEVICE = "auto"
 DEFAULT_K = 5  # RAG's own default (RAG(k=5)); a run's k replaces it
-# The paper's decoding (4 beams, Thorough) in float32: the defaults unless a command gives its own
-# (``add_options(..., defaults=...)``; ``openbook ask`` decodes greedily, see openbook/commands/ask.py).
-DEFAULT_BEAMS = 4
-DEFAULT_DECODING = "thorough"
-DEFAULT_DTYPE = "float32"
 DEFAULT_BATCH_SIZE = 8
 
 
 def _model(p, closed_book: bool = False) -> None:
-    kinds = WITH_CLOSED_BOOK if closed_book else MODELS
+    kinds = MODELS_WITH_CLOSED_BOOK if closed_book else MODELS
     extra = ", or closed-book (the generator alone, no retrieval: the paper's baseline)" if closed_book else ""
     p.add_argument("--model", choices=kinds, default=None,
                    help="how documents are marginalised: one document per answer (rag-sequence, eq. 1) or per "
@@ -77,12 +67,12 @@ def _retriever(p) -> None:
                    "or the --run's)")
 
 
-def _beams(p, default: int = DEFAULT_BEAMS) -> None:
+def _beams(p, default: int) -> None:
     p.add_argument("--beams", type=positive_int, metavar="N", default=default,
                    help="beam size; 1 is greedy search (default: %(default)s)")
 
 
-def _decoding(p, default: str = DEFAULT_DECODING) -> None:
+def _decoding(p, default: str) -> None:
     p.add_argument("--decoding", choices=DECODINGS, default=default,
                    help="RAG-Sequence decoding: 'thorough' rescores every candidate under every passage, 'fast' "
                    "treats candidates missing from a passage's beam as probability 0, 'lazy' gives fast's answer "
@@ -90,13 +80,13 @@ def _decoding(p, default: str = DEFAULT_DECODING) -> None:
                    "the unread ones) (default: %(default)s)")
 
 
-def _max_new_tokens(p, default: int | None = None) -> None:
+def _max_new_tokens(p, default: int | None) -> None:
     what = "%(default)s" if default is not None else "the task's"
     p.add_argument("--max-new-tokens", type=positive_int, metavar="N", default=default,
                    help=f"longest answer, in generator tokens (default: {what})")
 
 
-def _dtype(p, default: str = DEFAULT_DTYPE) -> None:
+def _dtype(p, default: str) -> None:
     p.add_argument("--dtype", choices=DTYPES, default=default,
                    help="the generator's number type: float32; bfloat16 (fast where the CPU computes it natively, "
                    "AVX-512 BF16 or AMX); or int8 (dynamic quantisation of its linear layers, x86 CPUs: faster "
@@ -130,18 +120,21 @@ OPTIONS: dict[str, Callable] = {
     "retriever": _retriever, "beams": _beams, "decoding": _decoding, "max-new-tokens": _max_new_tokens,
     "dtype": _dtype, "batch-size": _batch_size, "device": _device,
 }
-PER_COMMAND_DEFAULTS = ("beams", "decoding", "max-new-tokens", "dtype")  # options whose default a command may set
+
+
+def preset_defaults(preset: Preset) -> dict:
+    """The defaults of the options a preset sets (:mod:`openbook.presets`), by option name."""
+    return {"beams": preset.num_beams, "decoding": preset.decoding, "max-new-tokens": preset.max_new_tokens,
+            "dtype": preset.dtype}
 
 
 def add_options(parser: argparse.ArgumentParser, *names: str, closed_book: bool = False,
-                defaults: dict | None = None) -> None:
+                preset: Preset = PAPER) -> None:
     """Add the shared options ``names`` (keys of :data:`OPTIONS`) to ``parser``; ``closed_book`` lets
-    ``--model`` also be ``closed-book``; ``defaults`` gives this command's own defaults of any of
-    :data:`PER_COMMAND_DEFAULTS` (e.g. ``{"beams": 1}``)."""
-    defaults = dict(defaults or {})
-    unknown = sorted(set(defaults) - set(PER_COMMAND_DEFAULTS) or set(defaults) - set(names))
-    if unknown:
-        raise ValueError(f"no per-command default for option(s) {', '.join(unknown)}")
+    ``--model`` also be ``closed-book``; ``preset`` gives the defaults of ``--beams --decoding
+    --max-new-tokens --dtype`` (:data:`~openbook.presets.PAPER`, or :data:`~openbook.presets.INTERACTIVE` for
+    the commands that answer people: ``ask``, ``serve``)."""
+    defaults = preset_defaults(preset)
     for name in names:
         if name == "model":
             _model(parser, closed_book)
@@ -173,5 +166,5 @@ def model_from_args(args: argparse.Namespace, **options):
                  generator=getattr(args, "generator", "default"), encoder=getattr(args, "encoder", None),
                  run=getattr(args, "run", None), retriever=getattr(args, "retriever", None),
                  k=getattr(args, "k", None), **{"untrained": getattr(args, "untrained", False),
-                                                 "dtype": getattr(args, "dtype", DEFAULT_DTYPE), "device": where,
+                                                 "dtype": getattr(args, "dtype", PAPER.dtype), "device": where,
                                                  **options})

@@ -24,9 +24,9 @@ from pathlib import Path
 
 from openbook.commands import finite_float, nonnegative_float, options, positive_int
 from openbook.errors import InputError
+from openbook.presets import INTERACTIVE
 from openbook.serve.config import ServeConfig
 
-SERVE_DEFAULTS = {"dtype": "auto"}
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
 TOKEN_ENV = "OPENBOOK_ADMIN_TOKEN"
 CANCEL_AFTER_DRAIN_S = 2.0  # uvicorn cancels what is left this long after the drain (an edit still committing)
@@ -72,7 +72,7 @@ def register(subparsers) -> None:
     serve.add_argument("--host", default="127.0.0.1", help="address to listen on (default: %(default)s, this machine only)")
     serve.add_argument("--port", type=_port, default=8000, help="TCP port (default: %(default)s)")
     options.add_options(serve, "model", "run", "kb", "generator", "untrained", "encoder", "k", "dtype", "device",
-                        defaults=SERVE_DEFAULTS)
+                        preset=INTERACTIVE)
     serve.add_argument("--kb-root", metavar="DIR", default=None,
                        help="folder of knowledge bases that POST /v1/kb/swap may switch to (by folder name)")
     serve.add_argument("--admin-token-file", metavar="FILE", default=None,

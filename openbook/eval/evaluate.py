@@ -31,6 +31,7 @@ from typing import Any
 
 from openbook.errors import InputError, check_k, positive_int
 from openbook.eval.metrics import aggregate
+from openbook.presets import PAPER
 
 __all__ = ["evaluate", "predict", "report_markdown", "write_report"]
 
@@ -71,21 +72,23 @@ def predict(
     *,
     k: int | None = None,
     batch_size: int = 8,
-    num_beams: int = 1,
-    max_new_tokens: int = 16,
-    decoding: str = "thorough",
+    num_beams: int = PAPER.num_beams,
+    max_new_tokens: int | None = PAPER.max_new_tokens,
+    decoding: str = PAPER.decoding,
     progress: bool = False,
 ) -> list:
     """Free generation for every input: ``model.ask`` in batches of ``batch_size``; one Answer per input.
 
-    ``k=None`` leaves the number of retrieved passages to the model (RAG: its ``k``); a closed-book
-    model ignores ``k``.
+    The decoding defaults are the paper's (:data:`~openbook.presets.PAPER`); ``max_new_tokens=None`` (there is
+    no task here) and ``k=None`` leave the answer length and the number of retrieved passages to the model
+    (RAG: its ``k``); a closed-book model ignores ``k``.
     """
     inputs = _check_inputs(inputs)
     positive_int(batch_size, "batch_size")
     positive_int(num_beams, "num_beams")
-    positive_int(max_new_tokens, "max_new_tokens")
-    options: dict[str, Any] = {"num_beams": num_beams, "decoding": decoding, "max_new_tokens": max_new_tokens}
+    options: dict[str, Any] = {"num_beams": num_beams, "decoding": decoding}
+    if max_new_tokens is not None:
+        options["max_new_tokens"] = positive_int(max_new_tokens, "max_new_tokens")
     if k is not None:
         options["k"] = check_k(k)
     answers: list = []
@@ -171,9 +174,9 @@ def evaluate(
     *,
     k: int | None = None,
     batch_size: int = 8,
-    num_beams: int = 1,
-    max_new_tokens: int | None = None,
-    decoding: str = "thorough",
+    num_beams: int = PAPER.num_beams,
+    max_new_tokens: int | None = PAPER.max_new_tokens,
+    decoding: str = PAPER.decoding,
     progress: bool = False,
 ) -> dict:
     """Predict and score every example of ``task`` (a name or a Task); returns the report dict.
@@ -181,7 +184,8 @@ def evaluate(
     ``{"task", "model", "n", "metrics": {name: float}, "settings": {...}, "predictions": [{"input",
     "prediction", "golds", "scores", "passages": [{"title", "prob"}, ...]}, ...]}``; classification
     predictions also carry ``label_probs`` (normalised over the labels) and ``label_logprobs``.
-    ``max_new_tokens=None`` uses the task's ``default_max_new_tokens``.
+    The decoding defaults are the paper's (:data:`~openbook.presets.PAPER`); ``max_new_tokens=None`` uses the
+    task's ``default_max_new_tokens``.
     """
     from openbook.eval.tasks import get_task
 

@@ -27,6 +27,7 @@ from openbook.experiments.report import (
     require_kind,
     with_model,
 )
+from openbook.presets import MODELS as RAG_MODELS
 
 PAPER = {"fever3": 0.725, "fever2": 0.895, "top1": 0.71, "top10": 0.90}
 TWO_WAY = ("SUPPORTS", "REFUTES")
@@ -90,7 +91,7 @@ def run_fever(runs: dict[str, str], train: str, settings: EvalSettings, out_dir:
     for name in (m for m in MODELS if runs.get(m)):
 
         def measure(model, name=name):
-            kinds = ("closed-book",) if name == "closed-book" else ("rag-sequence", "rag-token")
+            kinds = ("closed-book",) if name == "closed-book" else RAG_MODELS
             require_kind(model, kinds, runs[name], f"--{name}")
             report = evaluate_model(model, task, examples, settings, out_dir, name)
             found = None

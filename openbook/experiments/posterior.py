@@ -15,6 +15,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from openbook.experiments.report import DEFAULT, finish, heatmap, model_of_run
+from openbook.presets import PAPER
 
 
 def token_labels(tokenizer, tokens: list[str]) -> list[str]:
@@ -76,14 +77,19 @@ def pick_handover(answers: Sequence, eos: str | None = None, min_moved: float = 
     return (best if best >= 0 and hands_over(found[best], min_moved) else -1), found
 
 
-def run_posterior(run: str, question: str | None, out_dir: str | Path, k: int = 5, beams: int = 1,
-                  max_new_tokens: int = 16, kb: str | None = None, as_json: bool = False,
+def run_posterior(run: str, question: str | None, out_dir: str | Path, k: int = 5, beams: int = PAPER.num_beams,
+                  max_new_tokens: int | None = PAPER.max_new_tokens, kb: str | None = None, as_json: bool = False,
                   inputs: list[str] | None = None, batch_size: int = 8, min_moved: float = MIN_MOVED,
-                  device: str = "auto") -> int:
+                  device: str = "auto", task: str = "jeopardy") -> int:
     """Decode ``question`` with the run's weights as RAG-Token (whatever it was trained as) and plot the
     per-token document posterior; or decode every one of ``inputs`` and plot the one with the largest
-    hand-over (:func:`pick_handover`; at least ``min_moved``), listing every candidate's in the report."""
+    hand-over (:func:`pick_handover`; at least ``min_moved``), listing every candidate's in the report.
+    ``max_new_tokens=None`` is the answer length of ``task`` (the paper's Figure 2 is a Jeopardy generation)."""
     from openbook.errors import InputError
+    from openbook.eval.tasks import get_task
+
+    if max_new_tokens is None:
+        max_new_tokens = get_task(task).default_max_new_tokens
 
     rag = model_of_run(run, kb=kb, decode_as="rag-token", device=device)
     options = {"k": k, "num_beams": beams, "max_new_tokens": max_new_tokens}

@@ -20,6 +20,7 @@ from typing import Any
 
 from openbook.errors import InputError
 from openbook.experiments import missing_extra
+from openbook.presets import PAPER
 
 DEFAULT = "default"  # instead of a run directory: the shipped fine-tuned default (untrained if none is shipped)
 ALPHA = 0.05  # the level at which a report calls a difference significant
@@ -27,15 +28,16 @@ ALPHA = 0.05  # the level at which a report calls a difference significant
 
 @dataclass
 class EvalSettings:
-    """What every experiment evaluates on, and how it decodes (greedy, short answers: fast on a CPU)."""
+    """What every experiment evaluates on, and how it decodes (by default the paper's decoding,
+    :data:`~openbook.presets.PAPER`)."""
 
     data: str | None = None  # dev data file of the task
     task: str = "nq"
     limit: int | None = None  # first N dev examples
     batch_size: int = 8
-    beams: int = 1
-    max_new_tokens: int | None = None  # None: the task's default (NQ 16, Jeopardy 48)
-    decoding: str = "thorough"  # RAG-Sequence: thorough or fast decoding
+    beams: int = PAPER.num_beams
+    max_new_tokens: int | None = PAPER.max_new_tokens  # None: the task's default (NQ 16, Jeopardy 48)
+    decoding: str = PAPER.decoding  # RAG-Sequence: thorough, fast or lazy decoding
     kb: str | None = None  # knowledge base replacing the runs' own
     k: int | None = None  # passages per question at test time (None: each run's own k)
     device: str = "auto"  # where the models run (openbook.models.device: auto, cpu, cuda)
@@ -50,14 +52,15 @@ def model_of_run(run: str, model: str = "rag-sequence", kb: str | None = None, *
     the offline default models as ``model`` (``closed-book``, ``rag-sequence``, ``rag-token``): the shipped
     fine-tuned run (:func:`openbook.data.default_run_path`) where it applies, else untrained.
     ``decode_as`` uses a run's weights as another RAG kind (``rag-token`` for the Figure 2 posteriors);
-    ``retriever`` replaces its retriever (``bm25``); ``kb`` its knowledge base; ``device`` is where it runs."""
+    ``retriever`` replaces its retriever (``bm25``); ``kb`` its knowledge base; ``device`` is where it runs. The
+    generator computes in :data:`~openbook.presets.PAPER`'s number type."""
     from openbook.rag.assemble import load_model
 
     if run != DEFAULT:
         if not Path(run).is_dir():
             raise InputError(f"{run}: not a run directory (from `openbook train --out`) nor {DEFAULT!r}")
-        return load_model(run=run, kb=kb, model=decode_as, retriever=retriever, device=device)
-    return load_model(model=decode_as or model, kb=kb, retriever=retriever, device=device)
+        return load_model(run=run, kb=kb, model=decode_as, retriever=retriever, dtype=PAPER.dtype, device=device)
+    return load_model(model=decode_as or model, kb=kb, retriever=retriever, dtype=PAPER.dtype, device=device)
 
 
 def run_path(run: str) -> Path | None:

@@ -36,8 +36,8 @@ import numpy as np
 
 from openbook.errors import InputError, KnowledgeBaseError, positive_int
 from openbook.index.protocol import KnowledgeBaseLike
+from openbook.presets import RETRIEVERS
 
-RETRIEVERS = ("dense", "bm25", "hybrid")
 HYBRID_DEPTH = 100  # how deep each retriever's list is read for reciprocal rank fusion
 
 QueryEncoder = Callable[[list[str]], Any]  # questions -> (B, d) numpy array or torch tensor

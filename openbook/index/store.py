@@ -38,6 +38,7 @@ from openbook.atomic import fsync_path
 from openbook.corpus import Passage
 from openbook.errors import InputError, KnowledgeBaseError
 from openbook.index.store_documents import DOCUMENTS_SCHEMA, Document, DocumentsMixin
+from openbook.presets import EMBEDDING_DTYPES
 
 # ---------------------------------------------------------------------------------------------------
 # passage store
@@ -300,7 +301,6 @@ class PassageStore(DocumentsMixin):
 # embeddings file
 
 NPY_HEADER_BYTES = 128  # magic (6) + version (2) + header length (2) + padded header dict
-EMBEDDING_DTYPES = ("float32", "float16")
 _NPY_MAGIC = b"\x93NUMPY\x01\x00"
 
 

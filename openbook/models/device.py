@@ -13,8 +13,7 @@ import os
 import torch
 
 from openbook.errors import InputError
-
-DEVICES = ("auto", "cpu", "cuda")
+from openbook.presets import DEVICES
 
 
 def resolve_device(device: str | torch.device, name: str = "device") -> torch.device:

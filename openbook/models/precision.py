@@ -23,8 +23,8 @@ import torch
 from torch import nn
 
 from openbook.errors import InputError
+from openbook.presets import DTYPES
 
-DTYPES = ("auto", "float32", "bfloat16", "int8")
 TORCH_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 
 

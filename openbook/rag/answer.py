@@ -12,8 +12,8 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 
 from openbook.errors import InputError, positive_int
+from openbook.presets import DECODINGS
 
-DECODINGS = ("thorough", "fast", "lazy")
 # Bounds on the work one call may ask for (a user's typo must not take hours or all memory): beams as
 # wide as anyone decodes with (the paper used 4; transformers' examples go to 10-50), and answers of
 # at most this many tokens (every openbook generator's context budget is smaller than this).

@@ -24,6 +24,7 @@ from torch import nn
 from openbook.errors import InputError
 from openbook.models.generators import Contexts, Generator
 from openbook.models.pieces import token_pieces
+from openbook.presets import INTERACTIVE
 from openbook.rag.answer import Answer, check_decoding_options, check_questions
 from openbook.rag.boundary import answer_texts
 from openbook.rag.decoding import beam_config_for, rag_token_decode
@@ -120,8 +121,9 @@ class ClosedBook(nn.Module):
     # ------------------------------------------------------------------------------ decoding
 
     @torch.no_grad()
-    def ask(self, questions: Sequence[str], k: int | None = None, num_beams: int = 4, decoding: str = "thorough",
-            max_new_tokens: int = 32, min_new_tokens: int = 0, length_penalty: float = 1.0, n_best: int = 1,
+    def ask(self, questions: Sequence[str], k: int | None = None, num_beams: int = INTERACTIVE.num_beams,
+            decoding: str = INTERACTIVE.decoding, max_new_tokens: int = INTERACTIVE.max_new_tokens,
+            min_new_tokens: int = 0, length_penalty: float = 1.0, n_best: int = 1,
             early_stopping: bool | str = False) -> list[Answer]:
         """Answer each question from the generator's parameters alone: greedy (``num_beams=1``) or beam
         search, options as in :meth:`RAG.ask`; ``k`` and ``decoding`` (a RAG-Sequence option) are accepted

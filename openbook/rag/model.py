@@ -26,6 +26,7 @@ from openbook.index.retriever import RETRIEVERS, Retriever, make_retriever, retr
 from openbook.models.encoders import Encoder, default_score_scale
 from openbook.models.generators import Generator, Memory
 from openbook.models.pieces import token_pieces
+from openbook.presets import INTERACTIVE, MODELS
 from openbook.rag.answer import Answer, RetrievedPassage, check_decoding_options, check_questions
 from openbook.rag.boundary import answer_texts
 from openbook.rag.decoding import beam_config_for, rag_sequence_decode, rag_sequence_decode_lazy, rag_token_decode
@@ -36,8 +37,6 @@ from openbook.rag.marginal import (
     sequence_doc_posterior,
     token_doc_posterior,
 )
-
-MODELS = ("rag-sequence", "rag-token")
 
 
 @dataclass
@@ -118,17 +117,18 @@ class RAG(nn.Module):
 
     @classmethod
     def load(cls, model: str | None = None, kb=None, generator: str = "default", encoder: str | None = None,
-             **options) -> RAG:
+             dtype: str = INTERACTIVE.dtype, **options) -> RAG:
         """A RAG model from names, in eval mode (:func:`openbook.rag.assemble.load_model`). With no names it is
         the shipped fine-tuned default; ``untrained=True`` gives the packaged generator without its adapters,
-        ``run=DIR`` a training run; ``k``, ``retriever``, ``dtype`` (the generator's: ``"float32"``,
-        ``"bfloat16"``, ``"int8"`` or ``"auto"``) and the :class:`RAG` options (``learn_scale``,
-        ``score_scale``) pass through."""
+        ``run=DIR`` a training run; ``dtype`` is the generator's (``"float32"``, ``"bfloat16"``, ``"int8"``, or
+        ``"auto"``: bfloat16 where the CPU computes it natively, as ``openbook ask``'s,
+        :data:`~openbook.presets.INTERACTIVE`); ``k``, ``retriever`` and the :class:`RAG` options
+        (``learn_scale``, ``score_scale``) pass through."""
         if model == "closed-book":
             raise InputError("RAG.load builds a RAG model; the closed-book generator is ClosedBook")
         if cls.loader is None:  # only while openbook.rag itself is being imported
             raise RuntimeError("RAG.load needs openbook.rag.assemble: import openbook.rag first")
-        return cls.loader(model=model, kb=kb, generator=generator, encoder=encoder, **options)
+        return cls.loader(model=model, kb=kb, generator=generator, encoder=encoder, dtype=dtype, **options)
 
     @property
     def score_scale(self) -> torch.Tensor:
@@ -180,9 +180,9 @@ class RAG(nn.Module):
         self,
         questions: Sequence[str],
         k: int | None = None,
-        num_beams: int = 4,
-        decoding: str = "thorough",
-        max_new_tokens: int = 32,
+        num_beams: int = INTERACTIVE.num_beams,
+        decoding: str = INTERACTIVE.decoding,
+        max_new_tokens: int = INTERACTIVE.max_new_tokens,
         min_new_tokens: int = 0,
         length_penalty: float = 1.0,
         n_best: int = 1,
@@ -190,8 +190,10 @@ class RAG(nn.Module):
         on_step=None,
     ) -> list[Answer]:
         """Answer each question with provenance: passages, p(z|x), p(z|x,y) and (RAG-Token) per-token
-        document posteriors. RAG-Sequence uses Thorough, Fast or Lazy decoding (``decoding``; Lazy gives Fast's
-        answer from only the documents that decide it, and no posterior for the others). ``num_beams=1``
+        document posteriors. The defaults are :data:`~openbook.presets.INTERACTIVE`'s, as ``openbook ask``'s
+        (greedy, Lazy, short answers); the paper's are :data:`~openbook.presets.PAPER`'s. RAG-Sequence uses
+        Thorough, Fast or Lazy decoding (``decoding``; Lazy gives Fast's answer from only the documents that
+        decide it, and no posterior for the others). ``num_beams=1``
         is greedy search; ``n_best > 1`` also returns the next-best hypotheses as ``alternatives``;
         ``length_penalty``, ``min_new_tokens`` and ``early_stopping`` mean what they mean in transformers.
         ``on_step(position, tokens (B,))`` sees each token as it is chosen, for RAG-Token greedy search only

@@ -16,6 +16,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationInfo, field_validator
 
 from openbook.errors import MAX_K, check_k, check_text
+from openbook.presets import DECODINGS, INTERACTIVE, MODELS, RETRIEVERS
 
 MAX_BEAMS = 8
 MAX_NEW_TOKENS = 64  # short answers; `openbook ask` goes further offline
@@ -24,9 +25,9 @@ MAX_ROWS = 256  # sequences decoded at once, questions x k x beams (one request,
 MAX_EDIT = 256  # passages (or ids) in one admin edit
 MAX_TEXT = 20_000  # characters of one passage's text or title
 
-Model = Literal["rag-sequence", "rag-token"]
-Decoding = Literal["fast", "thorough", "lazy"]
-RetrieverName = Literal["dense", "bm25", "hybrid"]
+Model = Literal[MODELS]  # the choice lists of openbook.presets
+Decoding = Literal[DECODINGS]
+RetrieverName = Literal[RETRIEVERS]
 
 
 class Strict(BaseModel):
@@ -81,10 +82,12 @@ class AskRequest(Strict):
     k: int | None = Field(None, json_schema_extra=K_BOUNDS, description="passages retrieved per question (null: "
                           "the server's k, `openbook serve --k`, else the model's)")
     model: Model | None = Field(None, description="rag-sequence or rag-token (null: the server's model)")
-    decoding: Decoding = Field("fast", description="RAG-Sequence decoding: fast, thorough or lazy (fast's answer "
-                               "from only the passages that decide it; no posterior for the others)")
-    beams: int = Field(1, ge=1, le=MAX_BEAMS, description="beam size; 1 is greedy search")
-    max_new_tokens: int = Field(16, ge=1, le=MAX_NEW_TOKENS, description="longest answer, in generator tokens")
+    # the defaults of `openbook ask` and RAG.ask: the interactive preset (openbook.presets.INTERACTIVE)
+    decoding: Decoding = Field(INTERACTIVE.decoding, description="RAG-Sequence decoding: thorough, fast or lazy "
+                               "(fast's answer from only the passages that decide it; no posterior for the others)")
+    beams: int = Field(INTERACTIVE.num_beams, ge=1, le=MAX_BEAMS, description="beam size; 1 is greedy search")
+    max_new_tokens: int = Field(INTERACTIVE.max_new_tokens, ge=1, le=MAX_NEW_TOKENS,
+                                description="longest answer, in generator tokens")
     retriever: RetrieverName = Field("dense", description="dense (MIPS), bm25 or hybrid")
     stream: bool = Field(False, description="server-sent events: `token` per generated token (RAG-Token, "
                          "greedy), then `done` with the response object (or `error`)")

@@ -35,12 +35,12 @@ def test_percentile_is_numpys_linear_interpolation(bench, values, q):
 
 
 def test_the_settings_are_asks_defaults(bench):
-    from openbook.commands.ask import ASK_DEFAULTS
+    from openbook.presets import INTERACTIVE
 
     settings, dtype = bench.ask_settings(5)
-    assert settings == {"k": 5, "num_beams": ASK_DEFAULTS["beams"], "decoding": ASK_DEFAULTS["decoding"],
-                        "max_new_tokens": ASK_DEFAULTS["max-new-tokens"]}
-    assert dtype == ASK_DEFAULTS["dtype"]
+    assert settings == {"k": 5, "num_beams": INTERACTIVE.num_beams, "decoding": INTERACTIVE.decoding,
+                        "max_new_tokens": INTERACTIVE.max_new_tokens}
+    assert dtype == INTERACTIVE.dtype
     assert len(bench.QUESTIONS) == len(set(bench.QUESTIONS)) >= 30
 
 

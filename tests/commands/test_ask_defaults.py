@@ -1,6 +1,7 @@
-"""``openbook ask`` decodes for quick short answers (greedy, Fast, 16 new tokens, bfloat16 where native);
-``openbook eval`` keeps the paper's settings (4 beams, Thorough, float32); ask's help names the flags
-that give the paper's settings, and each option is still declared once (openbook/commands/options.py)."""
+"""``openbook ask`` decodes for quick short answers (the interactive preset: greedy, Lazy, 16 new tokens, bfloat16
+where native); ``openbook eval`` keeps the paper's settings (the paper preset: 4 beams, Thorough, the task's length,
+float32); ask's help names the flags that give the paper's settings, and each option is still declared once
+(openbook/commands/options.py). That no other entry point keeps its own copy: tests/base/test_presets.py."""
 
 from __future__ import annotations
 
@@ -8,11 +9,9 @@ import argparse
 import sys
 import types
 
-import pytest
-
 from openbook import cli
-from openbook.commands import ask as ask_command
 from openbook.commands import options
+from openbook.presets import INTERACTIVE, PAPER
 
 
 def parse(*argv):
@@ -30,10 +29,11 @@ def test_eval_defaults_are_the_papers():
 
 
 def test_the_paper_flags_in_asks_help_give_the_papers_settings():
-    args = parse("ask", "q?", *ask_command.PAPER_FLAGS.split())
-    assert (args.beams, args.decoding, args.max_new_tokens, args.dtype) == (4, "thorough", 32, "float32")
+    args = parse("ask", "q?", *PAPER.flags().split())
+    assert (args.beams, args.decoding, args.dtype) == (4, "thorough", "float32")
+    assert args.max_new_tokens == INTERACTIVE.max_new_tokens  # the paper's is the task's; ask has no task
     help_text = cli.build_parser()._subparsers._group_actions[0].choices["ask"].format_help()
-    assert ask_command.PAPER_FLAGS in help_text
+    assert PAPER.flags() in help_text
     assert "--dtype {auto,float32,bfloat16,int8}" in help_text
 
 
@@ -50,9 +50,13 @@ def test_dtype_reaches_the_loader(monkeypatch):
     assert seen["dtype"] == "float32"
 
 
-def test_a_per_command_default_needs_a_declared_option():
+def test_a_preset_sets_the_options_a_command_declares():
     parser = argparse.ArgumentParser()
-    with pytest.raises(ValueError, match="no per-command default for option.s. k"):
-        options.add_options(parser, "k", defaults={"k": 3})
-    with pytest.raises(ValueError, match="no per-command default for option.s. beams"):
-        options.add_options(parser, "decoding", defaults={"beams": 2})
+    options.add_options(parser, "k", "decoding", "dtype", preset=INTERACTIVE)
+    args = parser.parse_args([])
+    assert (args.k, args.decoding, args.dtype) == (None, INTERACTIVE.decoding, INTERACTIVE.dtype)
+    assert not hasattr(args, "beams")  # a preset adds no option the command did not ask for
+    parser = argparse.ArgumentParser()
+    options.add_options(parser, "beams", "max-new-tokens")  # the paper's unless a command says otherwise
+    args = parser.parse_args([])
+    assert (args.beams, args.max_new_tokens) == (PAPER.num_beams, PAPER.max_new_tokens)

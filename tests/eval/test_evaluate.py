@@ -20,6 +20,7 @@ from openbook.eval import metrics
 from openbook.eval.evaluate import evaluate, predict, report_markdown, write_report
 from openbook.eval.tasks import Example, get_task
 from openbook.models.generators import Seq2SeqGenerator
+from openbook.presets import PAPER
 from openbook.rag import RAG
 from openbook.rag.assemble import build_knowledge_base
 from tiny import PASSAGES, WORDS, _wrap, tiny_bart, tiny_encoder
@@ -138,7 +139,7 @@ def test_predict_equals_ask_on_a_tiny_rag(kb, generator):
     rag = make_rag(kb, generator)
     questions = [r["question"] for r in NQ]
     got = predict(rag, questions, k=2, batch_size=2, num_beams=2, max_new_tokens=4)
-    want = rag.ask(questions, k=2, num_beams=2, max_new_tokens=4)
+    want = rag.ask(questions, k=2, num_beams=2, max_new_tokens=4, decoding=PAPER.decoding)  # predict's decoding
     assert [a.answer for a in got] == [a.answer for a in want]
     assert [[p.id for p in a.passages] for a in got] == [[p.id for p in a.passages] for a in want]
 
@@ -167,7 +168,7 @@ def test_evaluate_nq_end_to_end_keeps_every_prediction(kb, generator, tmp_path, 
     check_report(report, task, examples)
     assert report["model"] == model and set(report["metrics"]) == {"exact_match", "f1"}
     assert report["settings"]["k"] == 2 and report["settings"]["max_new_tokens"] == 4
-    answers = rag.ask([e.input for e in examples], k=2, num_beams=1, max_new_tokens=4)
+    answers = rag.ask([e.input for e in examples], k=2, num_beams=1, max_new_tokens=4, decoding=PAPER.decoding)
     assert [row["prediction"] for row in report["predictions"]] == [a.answer for a in answers]
     for row, answer in zip(report["predictions"], answers):
         assert [p["title"] for p in row["passages"]] == [p.title for p in answer.passages]
@@ -531,7 +532,7 @@ def test_cli_eval_a_trained_run(saved_models, tmp_path, capsys):
     summary = json.loads(capsys.readouterr().out)
     assert summary["settings"]["run"] == str(run) and summary["model"] == "rag-sequence" and summary["n"] == len(NQ)
     trained = assemble.load_run(run)
-    want = trained.ask([r["question"] for r in NQ], k=2, num_beams=1, max_new_tokens=3)
+    want = trained.ask([r["question"] for r in NQ], k=2, num_beams=1, max_new_tokens=3, decoding=PAPER.decoding)
     report = json.loads((tmp_path / "out" / "report.json").read_text(encoding="utf-8"))
     assert [row["prediction"] for row in report["predictions"]] == [a.answer for a in want]
     assert cli.main(args + ["--model", "rag-token"]) == 0

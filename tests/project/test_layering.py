@@ -1,6 +1,6 @@
 """The package's layers flow one way and its modules import each other without circles.
 
-Layers, lowest first: the shared base (``errors``, ``atomic``, ``data``), ``corpus``, ``index``,
+Layers, lowest first: the shared base (``errors``, ``atomic``, ``data``, ``presets``), ``corpus``, ``index``,
 ``models``, ``rag``, then ``train``/``eval`` and ``experiments``, then ``commands`` and the entry point
 (``cli``, ``__main__``). Every import between openbook modules is read with :mod:`ast` -- those at module
 level and those inside functions (the lazy ones) -- and none may reach a higher layer. Among all of them,
@@ -22,7 +22,7 @@ PACKAGE = REPO / "openbook"
 
 # Rank of each top-level part of the package; a module may import only modules of its rank or below.
 LAYERS = {
-    "openbook": 0, "openbook.errors": 0, "openbook.atomic": 0, "openbook.data": 0,
+    "openbook": 0, "openbook.errors": 0, "openbook.atomic": 0, "openbook.data": 0, "openbook.presets": 0,
     "openbook.corpus": 1,
     "openbook.index": 2,
     "openbook.models": 3,

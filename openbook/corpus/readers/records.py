@@ -21,6 +21,7 @@ from openbook.corpus.chunking import DEFAULT_MAX_WORDS, chunk_article, split_wor
 from openbook.corpus.passages import Passage
 from openbook.corpus.readers.document import FileProblem
 from openbook.errors import InputError
+from openbook.presets import ON_ERROR
 
 CHUNK_SEPARATOR = "#"
 
@@ -78,7 +79,7 @@ def passages_from_record(
 # whole corpora: a policy for malformed records
 
 
-ON_ERROR_CHOICES = ("stop", "skip")
+ON_ERROR_CHOICES = ON_ERROR
 
 
 class MalformedRecord(InputError):

@@ -72,10 +72,39 @@ async function* serverEvents(response) {
   if (last) yield last;
 }
 
+// -- the options: their choices and defaults are the API's own (/openapi.json), so the page keeps no copy --
+
+function variants(property) {
+  // a pydantic Literal is {"enum": [...]}; an optional field is {"anyOf": [{...}, {"type": "null"}]}
+  return [property, ...(property.anyOf || [])];
+}
+
+function fillSelect(select, property) {
+  const choices = variants(property).find((v) => Array.isArray(v.enum));
+  select.append(...(choices ? choices.enum : []).map((value) =>
+    el("option", { value, selected: value === property.default }, value)));
+}
+
+async function loadOptions() {
+  try {
+    const api = await readJson(await fetch("/openapi.json"));
+    const fields = api.components.schemas.AskRequest.properties;
+    fillSelect($("model"), fields.model); // after "server default": the field's default is null
+    fillSelect($("retriever"), fields.retriever);
+    const k = variants(fields.k).find((v) => v.type === "integer") || {};
+    if (k.minimum != null) $("k").min = String(k.minimum);
+    if (k.maximum != null) $("k").max = String(k.maximum);
+    if (fields.k.default != null) $("k").value = String(fields.k.default);
+  } catch (err) {
+    showError(messageOf(err));
+  }
+}
+
 // -- asking ---------------------------------------------------------------------------------------------
 
 function askBody(question) {
-  const body = { question, stream: true, retriever: $("retriever").value };
+  const body = { question, stream: true };
+  if ($("retriever").value) body.retriever = $("retriever").value;
   const k = $("k").value.trim();
   if (k) body.k = Number(k);
   if ($("model").value) body.model = $("model").value;
@@ -260,5 +289,6 @@ document.addEventListener("DOMContentLoaded", () => {
     event.preventDefault();
     swap();
   });
+  loadOptions();
   loadKb();
 });
