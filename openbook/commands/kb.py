@@ -1,9 +1,10 @@
-"""``openbook kb``: build, inspect, edit and switch versions of a knowledge base.
+"""``openbook kb``: build and edit knowledge bases.
 
-``kb build`` streams a corpus (JSON Lines, DPR TSV, Parquet, folders of .txt/.md) into a knowledge base;
-if it is interrupted, the same command continues where it stopped. ``kb add``, ``kb update`` and
-``kb delete`` change a knowledge base without rebuilding it, each change a new version; ``kb versions``
-lists them and ``kb use`` switches between them. ``kb info`` describes one.
+``kb build`` streams a corpus (a folder of documents of any supported type, JSON Lines, DPR TSV, Parquet) into
+a knowledge base; if it is interrupted, the same command continues where it stopped. ``kb add``, ``kb update``
+and ``kb delete`` change a knowledge base without rebuilding it, each change a new version. ``kb info``,
+``kb versions`` and ``kb use`` are in :mod:`openbook.commands.kb_info`, ``kb sync`` and ``kb list`` in
+:mod:`openbook.commands.kb_documents`, ``kb shard`` in :mod:`openbook.commands.kb_shard`.
 
 Nothing heavy is imported until a command runs; the encoder is loaded through :func:`load_encoder`,
 which tests replace.
@@ -12,14 +13,13 @@ which tests replace.
 from __future__ import annotations
 
 import argparse
-import json
 import shutil
 import sys
 import warnings
 from pathlib import Path
 from typing import Any
 
-from openbook.commands import kb_build, kb_documents, kb_shard, options, positive_int
+from openbook.commands import kb_build, kb_documents, kb_info, kb_shard, options, positive_int
 from openbook.commands.kb_encode import RAY_BATCH, build_encode_passages, check_build_compile, encode_fn
 from openbook.presets import DTYPES, EMBEDDING_DTYPES, ON_ERROR
 
@@ -47,12 +47,12 @@ def register(subparsers) -> None:
     )
     actions = group.add_subparsers(dest="kb_action", metavar="ACTION", required=True)
     _register_build(actions)
-    _register_info(actions)
+    kb_info.register_info(actions)
     _register_add(actions)
     _register_update(actions)
     delete = _register_delete(actions)
-    _register_versions(actions)
-    _register_use(actions)
+    kb_info.register_versions(actions)
+    kb_info.register_use(actions)
     kb_shard.register(actions)
     kb_documents.register(actions, delete, _kb_encoder, _record_errors)
 
@@ -129,13 +129,6 @@ def _register_build(actions) -> None:
     build.set_defaults(handler=_cmd_build)
 
 
-def _register_info(actions) -> None:
-    info = actions.add_parser("info", help="describe a knowledge base: passages, encoder, index, versions, sizes")
-    info.add_argument("dir", metavar="DIR")
-    info.add_argument("--json", action="store_true", help="print one JSON object")
-    info.set_defaults(handler=_cmd_info)
-
-
 def _register_add(actions) -> None:
     add = actions.add_parser("add", help="add the passages of SOURCEs (a new version, no rebuild)")
     add.add_argument("dir", metavar="DIR")
@@ -182,20 +175,6 @@ def _register_delete(actions):
     return delete
 
 
-def _register_versions(actions) -> None:
-    versions = actions.add_parser("versions", help="list the versions of a knowledge base")
-    versions.add_argument("dir", metavar="DIR")
-    versions.add_argument("--json", action="store_true", help="print a JSON list")
-    versions.set_defaults(handler=_cmd_versions)
-
-
-def _register_use(actions) -> None:
-    use = actions.add_parser("use", help="make VERSION the current version (e.g. to restore old knowledge)")
-    use.add_argument("dir", metavar="DIR")
-    use.add_argument("version", type=positive_int, metavar="VERSION")
-    use.set_defaults(handler=_cmd_use)
-
-
 # --------------------------------------------------------------------------------------------------
 # helpers
 
@@ -216,15 +195,6 @@ def _kb_encoder(path: Path, manifest: dict, args: argparse.Namespace):
     encoder = load_encoder(args.encoder or built_with.get("name") or "default")
     check_encoder_matches(path, built_with, encoder.info())
     return encoder.to(device)
-
-
-def _size(n: int) -> str:
-    value = float(n)
-    for unit in ("B", "KB", "MB", "GB", "TB"):
-        if value < 1024 or unit == "TB":
-            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
-        value /= 1024
-    return f"{n} B"
 
 
 def _edited(path: Path, version: int) -> int:
@@ -281,87 +251,8 @@ def _cmd_build(args: argparse.Namespace) -> int:
             source_info={"sources": [str(s.resolve()) for s in sources], "max_words": args.max_words},
             replace=args.force,
         )
-    kb_build.print_built(args, kb, len(sources), errors, report, lambda: _print_summary(kb.manifest, disk_usage(kb.path)))
+    kb_build.print_built(args, kb, len(sources), errors, report, lambda: kb_info.print_summary(kb.manifest, disk_usage(kb.path)))
     kb.close()
-    return 0
-
-
-def _print_summary(manifest: dict, sizes: dict) -> None:
-    from openbook.index.kb import describe_encoder
-
-    index = manifest["index"]
-    params = ", ".join(f"{k}={v}" for k, v in index["params"].items() if v is not None)
-    print(f"  encoder:  {describe_encoder(manifest['encoder'])}")
-    print(f"  vectors:  {manifest['num_rows']} x {manifest['dim']} {manifest['dtype']}")
-    print(f"  index:    {index['type']}" + (f" ({params})" if params else "") + f" in {index['file']}")
-    print(f"  on disk:  {_size(sizes['total'])}")
-
-
-def _cmd_info(args: argparse.Namespace) -> int:
-    from openbook.index.kb import KnowledgeBase, disk_usage, read_manifest
-    from openbook.index.kb.layout import CHECKSUM_AUTO_MAX_BYTES
-
-    path = Path(args.dir)
-    manifest = read_manifest(path)
-    KnowledgeBase.load(path).close()  # what loading checks (files, counts): a damaged knowledge base is an error
-    integrity = ("ok (files present with their recorded sizes, counts as in the store; sha256 checked for files "
-                 f"up to {CHECKSUM_AUTO_MAX_BYTES >> 20} MiB, as loading checks)")
-    sizes = disk_usage(path)
-    if args.json:
-        record = {
-            "path": str(path),
-            "num_passages": manifest["num_passages"],
-            "num_rows": manifest["num_rows"],
-            "current_version": manifest["current_version"],
-            "latest_version": manifest["latest_version"],
-            "integrity": integrity,
-            "disk_bytes": sizes,
-            "manifest": manifest,
-        }
-        print(json.dumps(record, ensure_ascii=False, indent=2))
-        return 0
-    current, latest = manifest["current_version"], manifest["latest_version"]
-    print(f"knowledge base {path}")
-    print(f"  passages: {manifest['num_passages']} at version {current} of {latest}"
-          + ("" if current == latest else " (not the latest: `openbook kb use` to switch)"))
-    _print_summary(manifest, sizes)
-    for name, size in sizes.items():
-        if name != "total":
-            print(f"            {name}: {_size(size)}")
-    build = manifest.get("build", {})
-    if build.get("skipped"):
-        print(f"  skipped:  {build['skipped']} malformed record(s) at build time")
-    print(f"  created:  {manifest.get('created_at', '?')}, updated {manifest.get('updated_at', '?')}")
-    print(f"  format:   {manifest['format_version']}; integrity {integrity}")
-    if "pending_edit" in manifest:
-        print(f"  note:     an edit was interrupted ({manifest['pending_edit'].get('action')}); the next edit cleans it up")
-    return 0
-
-
-def _cmd_versions(args: argparse.Namespace) -> int:
-    from openbook.index.sharded import stored_manifest
-
-    manifest = stored_manifest(Path(args.dir))
-    versions = manifest["versions"]
-    current = manifest["current_version"]
-    if args.json:
-        print(json.dumps([{**v, "current": v["version"] == current} for v in versions], ensure_ascii=False, indent=2))
-        return 0
-    print(f"  {'version':>7}  {'created (UTC)':<25}  {'passages':>9}  description")
-    for v in versions:
-        mark = "*" if v["version"] == current else " "
-        print(f"{mark} {v['version']:>7}  {v['created_at']:<25}  {v['num_passages']:>9}  {v['description']}")
-    print(f"(* = current version {current})")
-    return 0
-
-
-def _cmd_use(args: argparse.Namespace) -> int:
-    from openbook.index.sharded import edits_for
-
-    manifest = edits_for(args.dir).use(Path(args.dir), args.version)
-    latest = manifest["latest_version"]
-    print(f"knowledge base {args.dir}: now at version {args.version} of {latest} "
-          f"({manifest['num_passages']} passages)")
     return 0
 
 
