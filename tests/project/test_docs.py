@@ -127,13 +127,14 @@ def _texts():
 
 
 def test_repository_paths_named_in_docs_and_code_exist():
-    """A moved docs file leaves no stale mention: every docs/... path quoted anywhere names a file that exists."""
+    """A moved docs or test file leaves no stale mention: every docs/... or tests/... path quoted anywhere names a
+    file that exists."""
     stale = []
     for path in _texts():
         if path == Path(__file__).resolve():
             continue
         for name in _REPO_PATH.findall(path.read_text(encoding="utf-8")):
-            if not name.startswith("docs/"):
+            if not name.startswith(("docs/", "tests/")):
                 continue
             name = name.rstrip(".")
             if not (any(ROOT.glob(name)) if "*" in name else (ROOT / name).exists()):
