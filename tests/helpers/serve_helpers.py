@@ -8,6 +8,8 @@ import contextlib
 import json
 import os
 import socket
+import subprocess
+import time
 from pathlib import Path
 
 import httpx
@@ -62,6 +64,19 @@ def subprocess_env() -> tuple[str, dict]:
     """The repository folder and an environment whose PYTHONPATH imports this checkout's openbook."""
     repo = str(Path(__file__).resolve().parents[2])
     return repo, dict(os.environ, PYTHONPATH=repo + os.pathsep + os.environ.get("PYTHONPATH", ""))
+
+
+def wait_ready(process: subprocess.Popen, base: str, deadline: float) -> None:
+    """Wait until the server ``process`` at ``base`` answers ``/readyz`` with 200 (it must not exit first)."""
+    while True:
+        assert process.poll() is None, process.communicate()[1]
+        try:
+            if httpx.get(f"{base}/readyz", timeout=2).status_code == 200:
+                return
+        except httpx.TransportError:
+            pass
+        assert time.monotonic() < deadline, "the server did not get ready"
+        time.sleep(0.2)
 
 
 def config(root: Path, encoder, **overrides) -> ServeConfig:

@@ -23,6 +23,7 @@ from serve_helpers import (
     sse_events,
     subprocess_env,
     tiny_rag,
+    wait_ready,
 )
 
 
@@ -323,15 +324,7 @@ def test_openbook_serve_drains_in_flight_requests_on_sigterm(tiny, tmp_path):
     base = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + 600  # seconds on a quiet machine; generous for a busy one
-        while True:
-            assert process.poll() is None, process.communicate()[1]
-            try:
-                if httpx.get(f"{base}/readyz", timeout=2).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            assert time.monotonic() < deadline, "the server did not get ready"
-            time.sleep(0.2)
+        wait_ready(process, base, deadline)
         answers = []
         asking = threading.Thread(target=lambda: answers.append(
             httpx.post(f"{base}/v1/ask", json={"question": "capital of france", "max_new_tokens": 3}, timeout=60)))

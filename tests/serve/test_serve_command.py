@@ -16,12 +16,12 @@ from pathlib import Path
 import httpx
 import pytest
 
-from openbook.commands import finite_float, nonnegative_float, positive_int
+from openbook.commands import finite_float, k_arg, nonnegative_float, positive_int
 from openbook.commands.serve import _port, _positive_float, admin_token
 from openbook.errors import InputError
-from serve_helpers import free_port, saved_tiny_models, subprocess_env, tiny_rag
+from serve_helpers import free_port, saved_tiny_models, subprocess_env, tiny_rag, wait_ready
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 
 
 def _serve_parser() -> argparse.ArgumentParser:
@@ -44,7 +44,7 @@ def test_numeric_flags_refuse_non_finite_and_out_of_range_values(capsys, flag, v
 
 
 def test_every_numeric_serve_flag_has_a_checking_type():
-    checked = {finite_float, nonnegative_float, positive_int, _positive_float, _port}
+    checked = {finite_float, nonnegative_float, positive_int, k_arg, _positive_float, _port}
     # --replicas is a whole number (never nan) checked by the command with its own one-line error
     numeric = [a for a in _serve_parser()._actions if a.type is not None and a.dest != "replicas"]
     assert numeric and all(a.type in checked for a in numeric), [(a.dest, a.type) for a in numeric]
@@ -125,15 +125,7 @@ def test_after_the_drain_a_computing_request_gets_503_and_the_process_exits(tmp_
     base = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + 600
-        while True:
-            assert process.poll() is None, process.communicate()[1]
-            try:
-                if httpx.get(f"{base}/readyz", timeout=2).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            assert time.monotonic() < deadline, "the server did not get ready"
-            time.sleep(0.2)
+        wait_ready(process, base, deadline)
         answers = []
         asking = threading.Thread(target=lambda: answers.append(
             httpx.post(f"{base}/v1/ask", json={"question": "slow", "max_new_tokens": 2}, timeout=120)))
