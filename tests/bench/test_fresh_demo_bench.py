@@ -65,3 +65,11 @@ def test_each_run_starts_with_an_empty_openbook_cache(bench, repo, tmp_path, mon
     log = tmp_path / "make.log"
     bench.main(["--repo", str(repo), "--runs", "2", "--log", str(log)])
     assert log.read_text().split() == ["0", "0"]  # the second run did not see the first one's cache
+
+
+def test_the_venv_is_counted_before_the_clone_goes(bench, repo, tmp_path):
+    (repo / "Makefile").write_text("demo:\n\t@mkdir -p .venv/lib/python3.11/site-packages/a-1.dist-info\n"
+                                   "\t@head -c 3145728 /dev/zero > .venv/lib/python3.11/site-packages/big\n")
+    git(repo, "commit", "-qam", "venv")
+    figures = bench.main(["--repo", str(repo), "--runs", "1"])
+    assert figures["after_distributions"] == 1 and figures["after_venv_mb"] == 3
