@@ -37,14 +37,16 @@ def _idempotency_key(request: Request) -> str | None:
     return key
 
 
-def _replay(book, key: str, tag: str, count: int) -> dict | None:
-    """The answer of the edit that ``key`` already made (its version's description holds ``tag``), if any."""
+def _replay(book, key: str, tag: str, count: int | None) -> dict | None:
+    """The answer of the edit that ``key`` already made (its version's description holds ``tag``), if any
+    (``count`` None: the passages that version deleted)."""
     for version in reversed(book.kb.versions):
         description = str(version.get("description") or "")
         if f"[request {key} " in description:
             if tag not in description:
                 raise ApiError(422, f"{IDEMPOTENCY} {key} was used for another edit", IDEMPOTENCY)
-            return {"kb": {"name": book.name, "version": version["version"]}, "changed": count, "replayed": True}
+            changed = count if count is not None else version.get("deleted", 0)
+            return {"kb": {"name": book.name, "version": version["version"]}, "changed": changed, "replayed": True}
     return None
 
 
@@ -120,11 +122,12 @@ def install_routes(app: FastAPI, server, static: Path) -> None:
                         num_passages=len(kb), encoder=kb.encoder_info, versions=kb.versions,
                         swappable=await asyncio.to_thread(server.books.swappable))
 
-    async def edit(request: Request, body, count: int, apply) -> s.EditResponse:
+    async def edit(request: Request, body, count: int | None, apply) -> s.EditResponse:
         """Apply ``apply(edits, path, encoder, description) -> version`` in the worker and serve the new version as a
         new knowledge-base object (requests in flight keep theirs). ``edits`` are the path-level edits of the served
         folder's kind, sharded or not (:func:`~openbook.index.sharded.edits_for`); a sharded one's new object shares
         its shards (and their Ray actors), opening only the shard versions the edit wrote (``at_version``).
+        ``changed`` in the answer is ``count``, or where that is None the passages the new version deleted.
 
         With an ``Idempotency-Key`` header the key (and a fingerprint of the edit) is written into the new version's
         description, in the same commit: a retry with the key finds that version and is answered with it
@@ -147,7 +150,8 @@ def install_routes(app: FastAPI, server, static: Path) -> None:
                 fresh = book.kb.at_version(version)
                 server.books.install(fresh, book.name)
                 server.metrics.swaps.inc()
-                return {"kb": {"name": book.name, "version": version}, "changed": count}
+                changed = count if count is not None else fresh.versions[version - 1].get("deleted", 0)
+                return {"kb": {"name": book.name, "version": version}, "changed": changed}
 
             return s.EditResponse(**await server.call(run))
 
@@ -193,18 +197,18 @@ def install_routes(app: FastAPI, server, static: Path) -> None:
         return s.DocumentsResponse(**await server.call(run))
 
     @app.delete("/v1/kb/documents", response_model=s.EditResponse, responses=ERRORS, dependencies=[Depends(admin)])
-    async def delete_document(body: s.DeleteDocumentRequest):
+    async def delete_document(body: s.DeleteDocumentRequest, request: Request,
+                              key: Annotated[str | None, Header(alias=IDEMPOTENCY, description=_KEY_DOC)] = None):
         """Delete every passage of a document (admin), as a new version; ``changed`` counts the passages."""
-        from openbook.index.kb import delete_document, read_manifest
+        from openbook.index.kb import delete_document
         from openbook.index.sharded import is_sharded
 
-        def change(edits, path, enc):
+        def apply(edits, path, enc, description):
             if is_sharded(path):
                 raise ApiError(409, "the served knowledge base is sharded: delete its passages by id")
-            version = delete_document(path, body.document, "openbook serve: delete document")
-            return version, read_manifest(path)["versions"][version - 1]["deleted"]
+            return delete_document(path, body.document, description)
 
-        return await edit(change)
+        return await edit(request, body, None, apply)
 
     @app.post("/v1/kb/swap", response_model=s.SwapResponse, responses=ERRORS, dependencies=[Depends(admin)])
     async def swap(body: s.SwapRequest):

@@ -26,7 +26,7 @@ def test_admin_lists_and_deletes_documents(tmp_path):
                 ("ocean.md", ["handbook/ocean.md"]), ("peru.txt", ["handbook/peru.txt"]),
                 (None, [p.id for p in PASSAGES])]
             r = await http.request("DELETE", "/v1/kb/documents", headers=ADMIN, json={"document": "ocean.md"})
-            assert r.json() == {"kb": {"name": "main", "version": 3}, "changed": 1}, r.text
+            assert r.json() == {"kb": {"name": "main", "version": 3}, "changed": 1, "replayed": False}, r.text
             r = await http.get("/v1/kb/documents", headers=ADMIN)
             assert [d["document"] for d in r.json()["documents"]] == ["peru.txt", None]
             r = await http.request("DELETE", "/v1/kb/documents", headers=ADMIN, json={"document": "ocean.md"})
