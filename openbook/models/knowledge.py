@@ -6,23 +6,27 @@ base with these and never imports a generator. :mod:`openbook.rag.assemble` uses
 
 from __future__ import annotations
 
+import functools
 import json
+import os
 import re
 import shutil
 import sys
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
-from openbook.corpus import Passage, read_passages
+from openbook.corpus import DEFAULT_MAX_WORDS, Passage, iter_source_passages, passages_from_record, read_passages
 from openbook.data import demo_passages_path
+from openbook.errors import InputError
 from openbook.index import KnowledgeBase, KnowledgeBaseLike
 from openbook.index.kb import FORMAT_VERSION, read_manifest, stored_format_version
 from openbook.index.kb.layout import sha256_file
 from openbook.index.sharded import stored_encoder_info
 from openbook.models.encoders import Encoder
-from openbook.models.loading import cache_dir
+from openbook.models.loading import cache_dir, load_encoder
 
 SHIPPED_VECTORS = "embeddings-minilm.f16.npy"  # d(z) of the demo corpus by the default encoder
 
@@ -49,6 +53,58 @@ def build_knowledge_base(
         progress=progress,
         **options,
     )
+
+
+def build_kb(
+    source: str | os.PathLike | Iterable[str | Mapping[str, Any]],
+    out: str | os.PathLike,
+    *,
+    encoder: str | Encoder = "default",
+    max_words: int = DEFAULT_MAX_WORDS,
+    index_type: str = "flat",
+    replace: bool = False,
+    progress: bool = True,
+) -> KnowledgeBase:
+    """A knowledge base in one call, from a folder or corpus file or from texts; then ``RAG.load(kb=out)``.
+
+    ``source`` is a path (a folder of documents or a corpus file, read as ``openbook kb build`` reads it: every
+    file it does not read is named in a warning) or a list of texts or ``{"text", "title"?, "id"?}`` dicts (a
+    text's id is ``text-<i>``, a dict's its ``id`` or ``record-<i>``). Every text is split into disjoint passages
+    of at most ``max_words`` words that keep its title. ``encoder`` is an encoder or its name (the default
+    document encoder); ``replace`` lets the build replace a knowledge base already at ``out``.
+    """
+    if isinstance(source, (str, os.PathLike)):
+        path = Path(source)
+        passages = functools.partial(iter_source_passages, [path], max_words)  # a fresh pass for a resumed build
+        info = {"sources": [str(path.resolve())], "max_words": max_words}
+    else:
+        records = _records(source)
+        passages = functools.partial(_record_passages, records, max_words)
+        info = {"sources": [f"{len(records)} record(s) from Python"], "max_words": max_words}
+    if isinstance(encoder, str):
+        encoder = load_encoder(encoder)
+    return build_knowledge_base(passages, encoder, out, progress=progress, index_type=index_type, replace=replace,
+                                description=f"build from {info['sources'][0]}", source_info=info)
+
+
+def _records(source: Iterable[str | Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """``source``'s items as records with ids; InputError naming the first item that is neither text nor a dict."""
+    records = []
+    for i, item in enumerate(source):
+        if isinstance(item, str):
+            records.append({"id": f"text-{i}", "title": "", "text": item})
+        elif isinstance(item, Mapping):
+            records.append({"id": f"record-{i}", **item})
+        else:
+            raise InputError(f"item {i} of the texts is a {type(item).__name__}, not text or a {{text, title}} dict")
+    if not records:
+        raise InputError("no texts given to build a knowledge base from")
+    return records
+
+
+def _record_passages(records: list[dict[str, Any]], max_words: int) -> Iterator[Passage]:
+    for record in records:
+        yield from passages_from_record(record, str(record["id"]), max_words)
 
 
 def demo_kb_dir(encoder: Encoder) -> Path:
