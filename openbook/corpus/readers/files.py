@@ -4,6 +4,7 @@ Unreadable or corrupt files raise :class:`~openbook.errors.InputError` naming ``
 """
 
 import gzip
+import hashlib
 import zlib
 from collections.abc import Iterator
 from pathlib import Path
@@ -11,6 +12,7 @@ from pathlib import Path
 from openbook.errors import InputError
 
 _GZIP_MAGIC = b"\x1f\x8b"
+_HASH_BLOCK = 1 << 20
 
 
 def _open_binary(path: Path, what: str = "a JSON Lines file"):
@@ -50,3 +52,19 @@ def _numbered_lines(path: Path, what: str = "a JSON Lines file") -> Iterator[tup
 
 def _strip_gz(name: str) -> str:
     return name[:-3] if name.lower().endswith(".gz") else name
+
+
+def sha256_file(path: Path, start: int = 0, stop: int | None = None) -> str:
+    """Hex sha256 of a file (or of its bytes ``start:stop``), read in 1 MiB blocks."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        handle.seek(start)
+        remaining = None if stop is None else stop - start
+        while remaining is None or remaining > 0:
+            block = handle.read(_HASH_BLOCK if remaining is None else min(_HASH_BLOCK, remaining))
+            if not block:
+                break
+            digest.update(block)
+            if remaining is not None:
+                remaining -= len(block)
+    return digest.hexdigest()

@@ -9,7 +9,6 @@ malformed record inside a file goes to the :class:`RecordErrors` as before.
 
 import dataclasses
 import errno
-import hashlib
 import os
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
@@ -18,7 +17,7 @@ from openbook.corpus.chunking import DEFAULT_MAX_WORDS, check_max_words
 from openbook.corpus.readers.csvfile import CSV_SUFFIXES, csv_passages
 from openbook.corpus.readers.document import FileProblem, need
 from openbook.corpus.readers.docx import DOCX_SUFFIXES, read_docx
-from openbook.corpus.readers.files import _strip_gz
+from openbook.corpus.readers.files import _strip_gz, sha256_file
 from openbook.corpus.readers.html import HTML_SUFFIXES, read_html
 from openbook.corpus.readers.jsonl import JSONL_SUFFIXES, _jsonl_source
 from openbook.corpus.readers.parquet import PARQUET_SUFFIXES, _import_parquet, _parquet_source
@@ -128,15 +127,6 @@ def iter_source_passages(
                 path, path.name, max_words, errors, report, text_columns, in_folder=False))
 
 
-def file_sha256(path: str | os.PathLike) -> str:
-    """Hex sha256 of a file's bytes (a document's content hash)."""
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 def _with_document(file: Path, document: str, items: Iterator[SourcePassage]) -> Iterator[SourcePassage]:
     """Fill in each passage's document: in a folder, the file's path relative to the folder (``a/b.md``, the
     same however the folder is named: relative, absolute, through a symlink); for a file source, an explicit
@@ -146,7 +136,7 @@ def _with_document(file: Path, document: str, items: Iterator[SourcePassage]) ->
         if item.document is not None and item.document_sha256 is not None:
             yield item
             continue
-        digest = digest or file_sha256(file)
+        digest = digest or sha256_file(file)
         yield dataclasses.replace(item, document=item.document or document, document_sha256=digest)
 
 

@@ -3,7 +3,6 @@ files (sizes and checksums), locking and encoder identity. The format is describ
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import re
@@ -16,6 +15,7 @@ import numpy as np
 
 from openbook.atomic import atomic_output, fsync_path
 from openbook.corpus import Passage
+from openbook.corpus.readers.files import sha256_file
 from openbook.errors import InputError, KnowledgeBaseError, positive_int
 from openbook.index.store import embeddings_bytes
 
@@ -40,7 +40,6 @@ ADD_CHUNK_ROWS = 65_536  # rows read from embeddings.npy at a time while filling
 RERANK_FACTOR = 10  # compressed indexes: candidates fetched per result, re-scored exactly
 TRAIN_SAMPLE_ROWS = 100_000  # training sample for indexes that need one (unless the kind says otherwise)
 PHI_HEADROOM = 1.1  # HNSW kinds: bound on |x|^2 = this x the largest seen, leaving room for later adds
-_HASH_BLOCK = 1 << 20
 
 # build work directory (inside <DIR>.partial/ or a temporary directory)
 _WORK_STORE = "work.sqlite"
@@ -57,22 +56,6 @@ EncodePassages = Callable[[list[Passage]], np.ndarray]
 
 def _now() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="seconds")
-
-
-def sha256_file(path: Path, start: int = 0, stop: int | None = None) -> str:
-    """Hex sha256 of a file (or of its bytes ``start:stop``), read in 1 MiB blocks."""
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        handle.seek(start)
-        remaining = None if stop is None else stop - start
-        while remaining is None or remaining > 0:
-            block = handle.read(_HASH_BLOCK if remaining is None else min(_HASH_BLOCK, remaining))
-            if not block:
-                break
-            digest.update(block)
-            if remaining is not None:
-                remaining -= len(block)
-    return digest.hexdigest()
 
 
 def _write_json(path: Path, data: Any) -> None:
