@@ -1,7 +1,7 @@
 """Corpus layer: passages, disjoint word chunking, and JSON Lines readers (no torch, no models)."""
 
 from openbook.corpus.chunking import DEFAULT_MAX_WORDS, chunk_article, split_words
-from openbook.corpus.passages import Passage
+from openbook.corpus.passages import MetaValue, Passage
 from openbook.corpus.readers import (
     ON_ERROR_CHOICES,
     RecordErrors,
@@ -19,6 +19,7 @@ from openbook.corpus.readers import (
 __all__ = [
     "DEFAULT_MAX_WORDS",
     "ON_ERROR_CHOICES",
+    "MetaValue",
     "Passage",
     "RecordErrors",
     "SourcePassage",
