@@ -1,0 +1,52 @@
+"""Abstention: say the knowledge base does not seem to hold the answer instead of answering.
+
+The decision is one comparison (:func:`abstains`): a question is abstained on when its score is below the
+threshold. The score (:func:`abstain_score`) is the signal named by :data:`openbook.presets.ABSTAIN_SIGNAL`,
+chosen and calibrated on data by ``bench/abstention.py`` (docs/results.md, "Abstention").
+
+A threshold only means something for the models it was calibrated on, so it travels with the model: the shipped
+default's ``run.json`` holds it (``"abstain": {"signal": ..., "threshold": ...}``), :func:`run_threshold` reads it,
+and :func:`openbook.rag.assemble.load_run` hands it to the model only when the run is loaded as it was calibrated
+(same model kind and dense retrieval). Any other model has no threshold and never abstains unless it is given one
+(``RAG.ask(abstain_threshold=...)``, ``openbook ask --abstain-threshold``); its answers still carry their score.
+"""
+
+from __future__ import annotations
+
+import math
+
+from openbook.errors import InputError
+from openbook.presets import ABSTAIN_SIGNAL
+
+
+def abstain_score(passage_scores: list[float], logprob: float | None) -> float:
+    """The abstention signal of one answer (:data:`~openbook.presets.ABSTAIN_SIGNAL`): the top retrieval score
+    d(z)^T q(x) of its passages, or its length-normalised log-likelihood log p(y|x) per token."""
+    if ABSTAIN_SIGNAL == "logprob":
+        return float(logprob) if logprob is not None else -math.inf
+    return max(passage_scores) if passage_scores else -math.inf
+
+
+def abstains(score: float, threshold: float | None) -> bool:
+    """Abstain when the score is below the threshold; never without a threshold (an uncalibrated model)."""
+    return threshold is not None and score < threshold
+
+
+def check_threshold(value, where: str) -> float:
+    """A threshold must be a finite number; ``where`` names it in the error."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise InputError(f"{where} must be a finite number, got {value!r}")
+    return float(value)
+
+
+def run_threshold(spec: dict, where: str) -> float | None:
+    """The calibrated threshold of a run's ``run.json`` (``spec``), or None if it holds none or one of another
+    signal (calibrated for a signal the code no longer computes)."""
+    block = spec.get("abstain")
+    if block is None:
+        return None
+    if not isinstance(block, dict) or "threshold" not in block:
+        raise InputError(f"{where}: 'abstain' must be {{\"signal\": ..., \"threshold\": ...}}")
+    if block.get("signal") != ABSTAIN_SIGNAL:
+        return None
+    return check_threshold(block["threshold"], f"{where}: abstain threshold")
