@@ -40,7 +40,7 @@ sys.path.insert(0, str(REPO / "scripts"))
 from _common import print_header, quiet  # noqa: E402
 from split_qa_data import split  # noqa: E402
 
-SIGNALS = ("top_score", "top_prob", "logprob")
+SIGNALS = ("top_score", "top_prob", "logprob", "combined")  # combined: top_score + w * logprob
 
 
 def load_sets(data_dir: Path) -> tuple[list[dict], list[dict]]:
@@ -99,6 +99,24 @@ def answer_all(rag, rows: list[dict], cache: Path, k: int, batch_size: int) -> d
     return done
 
 
+def logprob_weight(answerable: list[dict], unanswerable: list[dict], steps: int = 5000) -> float:
+    """w of ``top_score + w * logprob``: the direction of a class-balanced logistic regression on the two
+    (standardised) signals, fitted by gradient descent on the calibration half."""
+    import numpy as np
+
+    x = np.array([[r["top_score"], r["logprob"]] for r in answerable + unanswerable], dtype=np.float64)
+    y = np.r_[np.ones(len(answerable)), np.zeros(len(unanswerable))]
+    mean, std = x.mean(0), x.std(0)
+    z = (x - mean) / std
+    balance = np.where(y == 1, len(y) / (2 * len(answerable)), len(y) / (2 * len(unanswerable)))
+    w, b = np.zeros(2), 0.0
+    for _ in range(steps):
+        g = (1 / (1 + np.exp(-(z @ w + b))) - y) * balance
+        w -= 0.5 * z.T @ g / len(y)
+        b -= 0.5 * g.mean()
+    return float((w[1] / std[1]) / (w[0] / std[0]))
+
+
 def halves(rows: list, seed: int) -> tuple[list, list]:
     rows = list(rows)
     random.Random(seed).shuffle(rows)
@@ -137,6 +155,7 @@ def main(argv=None) -> None:
     from openbook.eval.metrics.answers import exact_match
     from openbook.models.loading import cache_dir
     from openbook.rag import RAG
+    from openbook.rag.abstain import combined_score
 
     work = Path(args.work) if args.work else cache_dir() / "bench" / "abstention"
     work.mkdir(parents=True, exist_ok=True)
@@ -157,8 +176,13 @@ def main(argv=None) -> None:
     un_cal, un_test = halves(pool, args.seed + 1)
     figures: dict = {"k": args.k, "keep_target": args.keep, "nq": len(nq), "nq_right": len(right),
                      "unanswerable": len(pool)}
+    cal_answerable = [got[r["question"]] for r in nq_cal if r["question"] in right]
+    weight = logprob_weight(cal_answerable, [got[r["question"]] for r in un_cal])
+    for record in got.values():
+        record["combined"] = combined_score(record["top_score"], record["logprob"], weight)
+    figures["logprob_weight"] = round(weight, 4)
     chosen, best = None, -1.0
-    print(f"\ncalibration half: {sum(r['question'] in right for r in nq_cal)} answerable, {len(un_cal)} unanswerable")
+    print(f"\ncalibration half: {len(cal_answerable)} answerable, {len(un_cal)} unanswerable")
     for signal in SIGNALS:
         t = threshold_keeping([got[r["question"]][signal] for r in nq_cal if r["question"] in right], args.keep)
         abstain = share([got[r["question"]][signal] < t for r in un_cal])

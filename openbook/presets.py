@@ -55,7 +55,9 @@ INTERACTIVE = Preset("interactive", num_beams=1, decoding="lazy", max_new_tokens
 PAPER = Preset("paper", num_beams=4, decoding="thorough", max_new_tokens=None, dtype="float32", abstain=False)
 PRESETS = {preset.name: preset for preset in (INTERACTIVE, PAPER)}
 
-# What `ask` abstains on (openbook.rag.abstain): "top_score", the top passage's retrieval score d(z)^T q(x), or
-# "logprob", the answer's log p(y|x) per token. Chosen, and its threshold calibrated for the shipped default (in
-# its run.json), by `PYTHONPATH=. python bench/abstention.py` (docs/results.md, "Abstention").
+# What `ask` abstains on (openbook.rag.abstain): "top_score", the top passage's retrieval score d(z)^T q(x);
+# "logprob", the answer's log p(y|x) per token; or "combined", top_score + ABSTAIN_LOGPROB_WEIGHT * logprob.
+# Chosen, weighted, and its threshold calibrated for the shipped default (stored in its run.json), by
+# `PYTHONPATH=. python bench/abstention.py` (docs/results.md, "Abstention").
 ABSTAIN_SIGNAL = "top_score"
+ABSTAIN_LOGPROB_WEIGHT = 0.0

@@ -16,15 +16,24 @@ from __future__ import annotations
 import math
 
 from openbook.errors import InputError
-from openbook.presets import ABSTAIN_SIGNAL
+from openbook.presets import ABSTAIN_LOGPROB_WEIGHT, ABSTAIN_SIGNAL
+
+
+def combined_score(top_score: float, logprob: float, weight: float) -> float:
+    """The ``"combined"`` signal: a linear rule on the top retrieval score and the answer's log-likelihood per
+    token (the direction of a logistic regression on the two, fitted by ``bench/abstention.py``)."""
+    return top_score + weight * logprob
 
 
 def abstain_score(passage_scores: list[float], logprob: float | None) -> float:
     """The abstention signal of one answer (:data:`~openbook.presets.ABSTAIN_SIGNAL`): the top retrieval score
-    d(z)^T q(x) of its passages, or its length-normalised log-likelihood log p(y|x) per token."""
-    if ABSTAIN_SIGNAL == "logprob":
-        return float(logprob) if logprob is not None else -math.inf
-    return max(passage_scores) if passage_scores else -math.inf
+    d(z)^T q(x) of its passages (``"top_score"``), its length-normalised log-likelihood log p(y|x) per token
+    (``"logprob"``), or both (``"combined"``, :func:`combined_score`)."""
+    top = max(passage_scores) if passage_scores else -math.inf
+    if ABSTAIN_SIGNAL == "top_score":
+        return float(top)
+    lp = float(logprob) if logprob is not None else -math.inf
+    return lp if ABSTAIN_SIGNAL == "logprob" else combined_score(float(top), lp, ABSTAIN_LOGPROB_WEIGHT)
 
 
 def abstains(score: float, threshold: float | None) -> bool:
