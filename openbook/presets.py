@@ -59,5 +59,5 @@ PRESETS = {preset.name: preset for preset in (INTERACTIVE, PAPER)}
 # "logprob", the answer's log p(y|x) per token; or "combined", top_score + ABSTAIN_LOGPROB_WEIGHT * logprob.
 # Chosen, weighted, and its threshold calibrated for the shipped default (stored in its run.json), by
 # `PYTHONPATH=. python bench/abstention.py` (docs/results.md, "Abstention").
-ABSTAIN_SIGNAL = "top_score"
-ABSTAIN_LOGPROB_WEIGHT = 0.0
+ABSTAIN_SIGNAL = "combined"
+ABSTAIN_LOGPROB_WEIGHT = 0.3451

@@ -5,7 +5,7 @@ threshold. The score (:func:`abstain_score`) is the signal named by :data:`openb
 chosen and calibrated on data by ``bench/abstention.py`` (docs/results.md, "Abstention").
 
 A threshold only means something for the models it was calibrated on, so it travels with the model: the shipped
-default's ``run.json`` holds it (``"abstain": {"signal": ..., "threshold": ...}``), :func:`run_threshold` reads it,
+default's ``run.json`` holds it (``"abstain": {"signal": ..., "logprob_weight": ..., "threshold": ...}``), :func:`run_threshold` reads it,
 and :func:`openbook.rag.assemble.load_run` hands it to the model only when the run is loaded as it was calibrated
 (same model kind and dense retrieval). Any other model has no threshold and never abstains unless it is given one
 (``RAG.ask(abstain_threshold=...)``, ``openbook ask --abstain-threshold``); its answers still carry their score.
@@ -50,12 +50,13 @@ def check_threshold(value, where: str) -> float:
 
 def run_threshold(spec: dict, where: str) -> float | None:
     """The calibrated threshold of a run's ``run.json`` (``spec``), or None if it holds none or one of another
-    signal (calibrated for a signal the code no longer computes)."""
+    signal or (``"combined"``) another logprob weight."""
     block = spec.get("abstain")
     if block is None:
         return None
     if not isinstance(block, dict) or "threshold" not in block:
         raise InputError(f"{where}: 'abstain' must be {{\"signal\": ..., \"threshold\": ...}}")
-    if block.get("signal") != ABSTAIN_SIGNAL:
-        return None
+    if block.get("signal") != ABSTAIN_SIGNAL or (
+            ABSTAIN_SIGNAL == "combined" and block.get("logprob_weight") != ABSTAIN_LOGPROB_WEIGHT):
+        return None  # calibrated for a score this code no longer computes
     return check_threshold(block["threshold"], f"{where}: abstain threshold")

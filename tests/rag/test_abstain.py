@@ -10,7 +10,7 @@ import math
 import pytest
 
 from openbook.errors import InputError
-from openbook.presets import ABSTAIN_SIGNAL, INTERACTIVE, PAPER
+from openbook.presets import ABSTAIN_LOGPROB_WEIGHT, ABSTAIN_SIGNAL, INTERACTIVE, PAPER
 from openbook.rag.abstain import abstain_score, abstains, run_threshold
 from serve_helpers import tiny_rag
 
@@ -25,15 +25,21 @@ def test_the_rule_is_one_comparison_and_never_without_a_threshold():
 
 def test_the_score_is_the_chosen_signal():
     scores, logprob = [0.2, 0.7, 0.4], -1.5
-    expected = {"top_score": 0.7, "logprob": -1.5}[ABSTAIN_SIGNAL]
-    assert abstain_score(scores, logprob) == expected
+    expected = {"top_score": 0.7, "logprob": -1.5, "combined": 0.7 - 1.5 * ABSTAIN_LOGPROB_WEIGHT}[ABSTAIN_SIGNAL]
+    assert abstain_score(scores, logprob) == pytest.approx(expected)
+
+
+CALIBRATED = {"signal": ABSTAIN_SIGNAL, "logprob_weight": ABSTAIN_LOGPROB_WEIGHT}
 
 
 def test_a_runs_threshold_is_read_only_for_its_signal():
     assert run_threshold({}, "run.json") is None
-    assert run_threshold({"abstain": {"signal": ABSTAIN_SIGNAL, "threshold": 0.25}}, "run.json") == 0.25
-    assert run_threshold({"abstain": {"signal": "something-else", "threshold": 0.25}}, "run.json") is None
-    for bad in ({"signal": ABSTAIN_SIGNAL}, {"signal": ABSTAIN_SIGNAL, "threshold": "high"}, [0.5]):
+    assert run_threshold({"abstain": {**CALIBRATED, "threshold": 0.25}}, "run.json") == 0.25
+    assert run_threshold({"abstain": {**CALIBRATED, "signal": "something-else", "threshold": 0.25}}, "run.json") is None
+    if ABSTAIN_SIGNAL == "combined":  # a threshold for another weighting of the two signals is another signal's
+        other = {**CALIBRATED, "logprob_weight": ABSTAIN_LOGPROB_WEIGHT + 1.0, "threshold": 0.25}
+        assert run_threshold({"abstain": other}, "run.json") is None
+    for bad in (CALIBRATED, {**CALIBRATED, "threshold": "high"}, [0.5]):
         with pytest.raises(InputError, match="run.json"):
             run_threshold({"abstain": bad}, "run.json")
 
@@ -85,7 +91,7 @@ def test_a_run_carries_its_threshold_for_its_own_settings_only(tmp_path):
     run = train_run(tmp_path, "run", "rag-sequence", *save_tiny_models(tmp_path))
     assert load_run(run).abstain_threshold is None  # never calibrated
     spec = json.loads((run / "run.json").read_text())
-    spec["abstain"] = {"signal": ABSTAIN_SIGNAL, "threshold": 0.125, "bench": "bench/abstention.py"}
+    spec["abstain"] = {**CALIBRATED, "threshold": 0.125, "calibrated_by": "bench/abstention.py"}
     (run / "run.json").write_text(json.dumps(spec))
     assert load_run(run).abstain_threshold == 0.125
     assert load_run(run, k=spec["k"]).abstain_threshold == 0.125  # the same settings, named
