@@ -217,8 +217,8 @@ def _print_answer(answer: Any, out: TextIO) -> None:
         print(abstention_message(answer.abstain_score, answer.abstain_threshold), file=out)
     else:
         print(answer.answer, file=out)
-    if getattr(answer, "truncated", False):
-        print("(cut short by the token limit: --max-new-tokens N allows a longer answer)", file=out)
+        if getattr(answer, "truncated", False):
+            print("(cut short by the token limit: --max-new-tokens N allows a longer answer)", file=out)
     passages = list(answer.passages)
     if not passages:
         return
