@@ -4,22 +4,27 @@ The mixed set (issue 31 item 6):
 
 * **answerable**: the questions of the NQ held-out fifth (``scripts/split_qa_data.py``: every fifth question of
   ``nq-open-oracle.dev-split.jsonl.gz``, never trained on) that the default answers right today (exact match, with
-  ``openbook ask``'s own settings);
+  ``openbook ask``'s own settings): those of ``--nq-report`` (the model card's report, made with them), checked
+  against the bench's own answers;
 * **unanswerable**: held-out WebQuestions and CuratedTrec questions (their held-out fifths, never trained on)
   whose answer is in none of the top k passages of the demo knowledge base (DPR's has_answer; CuratedTrec's
   patterns as regexes), a seeded sample as large as the answerable part.
 
-For every question it records the candidate signals: the top-1 retrieval score d(z)^T q(x) (MiniLM cosine), the
-largest p(z|x), and the answer's length-normalised log-likelihood log p(y|x) per token (``Answer.logprob``). The
-answers are cached (``--work``, default ``$OPENBOOK_CACHE/bench/abstention``), so a second run only calibrates.
+For every question it asks it records the candidate signals: the top-1 retrieval score d(z)^T q(x) (MiniLM
+cosine), the largest p(z|x), the answer's length-normalised log-likelihood log p(y|x) per token
+(``Answer.logprob``), and ``combined``, the top score plus a weight times the log-likelihood (the direction of a
+class-balanced logistic regression fitted on the calibration half). The answers are cached (``--work``, default
+``$OPENBOOK_CACHE/bench/abstention``), so a second run only calibrates; ``--cached-only`` scores a partial cache.
 
 The set is split in two halves (seeded, per part). On the calibration half, each signal's threshold is the
 largest that still answers ``--keep`` of the answerable (the answerable scores' lower quantile); the signal that
 abstains on most calibration unanswerable wins. Only then is the test half scored: the share of the answerable
 still answered, of the unanswerable abstained on (with 95% bootstrap intervals), and the exact match of the NQ
-test questions answered, before (all answered) and after abstention.
+test questions answered, before (all answered) and after abstention. The winner's ``logprob_weight`` belongs in
+``openbook/presets.py`` and its ``threshold`` in the shipped default's ``run.json``.
 
-Usage:  PYTHONPATH=. python bench/abstention.py [--data-dir ../shared/data] [--work DIR] [--keep 0.97]
+Usage:  OMP_NUM_THREADS=1 PYTHONPATH=. python bench/abstention.py [--data-dir ../shared/data] [--work DIR]
+        [--keep 0.97] [--cached-only]
 
 It prints the CPU and ends with one JSON line of its figures.
 """
@@ -28,7 +33,9 @@ from __future__ import annotations
 
 import argparse
 import gzip
+import itertools
 import json
+import math
 import random
 import sys
 import time
@@ -75,7 +82,7 @@ def unanswerable(rag, rows: list[dict], k: int) -> list[dict]:
     return kept
 
 
-def answer_all(rag, rows: list[dict], cache: Path, k: int, batch_size: int) -> dict[str, dict]:
+def answer_all(rag, rows: list[dict], cache: Path, k: int, batch_size: int, cached_only: bool) -> dict[str, dict]:
     """question -> ``{answer, top_score, top_prob, logprob}``, from ``cache`` (JSON Lines) or asked and appended."""
     done = {}
     if cache.exists():
@@ -83,7 +90,7 @@ def answer_all(rag, rows: list[dict], cache: Path, k: int, batch_size: int) -> d
             record = json.loads(line)
             done[record["question"]] = record
     todo = [r["question"] for r in rows if r["question"] not in done]
-    todo = list(dict.fromkeys(todo))
+    todo = [] if cached_only else list(dict.fromkeys(todo))
     start = time.perf_counter()
     with open(cache, "a", encoding="utf-8") as fh:
         for i in range(0, len(todo), batch_size):
@@ -96,7 +103,11 @@ def answer_all(rag, rows: list[dict], cache: Path, k: int, batch_size: int) -> d
             fh.flush()
             print(f"  asked {min(i + batch_size, len(todo))}/{len(todo)} ({time.perf_counter() - start:.0f} s)",
                   flush=True)
-    return done
+    return {r["question"]: done[r["question"]] for r in rows if r["question"] in done}
+
+
+def interleave(*parts: list) -> list:
+    return [row for group in itertools.zip_longest(*parts) for row in group if row is not None]
 
 
 def logprob_weight(answerable: list[dict], unanswerable: list[dict], steps: int = 5000) -> float:
@@ -124,9 +135,10 @@ def halves(rows: list, seed: int) -> tuple[list, list]:
 
 
 def threshold_keeping(scores: list[float], keep: float) -> float:
-    """The largest threshold t with at least ``keep`` of ``scores`` >= t (answer when score >= t)."""
+    """The largest threshold t of 4 decimals (as shipped) with at least ``keep`` of ``scores`` >= t (answer when
+    score >= t)."""
     ordered = sorted(scores)
-    return ordered[min(len(ordered) - 1, int((1.0 - keep) * len(ordered)))]
+    return math.floor(ordered[min(len(ordered) - 1, int((1.0 - keep) * len(ordered)))] * 1e4) / 1e4
 
 
 def share(flags: list[bool]) -> float:
@@ -149,6 +161,9 @@ def main(argv=None) -> None:
     p.add_argument("--keep", type=float, default=0.97, help="share of calibration answerable to keep answering")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--batch-size", type=int, default=8)
+    p.add_argument("--nq-report", default=str(REPO / "docs" / "models" / "default" / "nq-fp32" / "report.json"),
+                   help="the default's answers to the NQ fifth with ask's settings: which it answers right today")
+    p.add_argument("--cached-only", action="store_true", help="use only the answers already cached (a partial run)")
     args = p.parse_args(argv)
     print_header()
     quiet()
@@ -160,24 +175,31 @@ def main(argv=None) -> None:
     work = Path(args.work) if args.work else cache_dir() / "bench" / "abstention"
     work.mkdir(parents=True, exist_ok=True)
     nq, other = load_sets(Path(args.data_dir))
+    today = {p["input"]: p for p in json.loads(Path(args.nq_report).read_text(encoding="utf-8"))["predictions"]}
+    right = today_right = {r["question"] for r in nq if today[r["question"]]["scores"]["exact_match"]}
     rag = RAG.load()  # the shipped default, as `openbook ask` loads it
-    cache = work / "answers.jsonl"
-    print(f"NQ held-out fifth: {len(nq)} questions", flush=True)
-    got = answer_all(rag, nq, cache, args.k, args.batch_size)
-    right = {r["question"] for r in nq if exact_match(got[r["question"]]["answer"], r["answers"])}
     pool = unanswerable(rag, other, args.k)
+    print(f"NQ held-out fifth: {len(nq)} questions, {len(right)} right today ({args.nq_report}); "
+          f"{len(pool)} of {len(other)} WebQuestions/CuratedTrec held-out questions unanswerable", flush=True)
     random.Random(args.seed).shuffle(pool)
-    pool = pool[: len(right)]
-    print(f"right today: {len(right)} of {len(nq)}; unanswerable sample: {len(pool)} "
-          f"({sum(r['mode'] == 'regex' for r in pool)} CuratedTrec)", flush=True)
-    got.update(answer_all(rag, pool, cache, args.k, args.batch_size))
-
+    pool = pool[: len(right)]  # as many unanswerable as answerable
     nq_cal, nq_test = halves(nq, args.seed)
     un_cal, un_test = halves(pool, args.seed + 1)
-    figures: dict = {"k": args.k, "keep_target": args.keep, "nq": len(nq), "nq_right": len(right),
-                     "unanswerable": len(pool)}
+    # what the figures need, the two parts interleaved (so that a partial cache is balanced): the calibration
+    # half's answerable and unanswerable, the test half's, then the test half's NQ questions answered wrong
+    needed = interleave([r for r in nq_cal if r["question"] in right], un_cal,
+                        [r for r in nq_test if r["question"] in right], un_test)
+    needed += [r for r in nq_test if r["question"] not in right]
+    got = answer_all(rag, needed, work / "answers.jsonl", args.k, args.batch_size, args.cached_only)
+    nq_cal, nq_test, un_cal, un_test = ([r for r in rows if r["question"] in got]
+                                        for rows in (nq_cal, nq_test, un_cal, un_test))
+    changed = sum(got[r["question"]]["answer"] != today[r["question"]]["prediction"] for r in nq_cal + nq_test)
+    print(f"answers differing from the report's: {changed} of {len(nq_cal) + len(nq_test)}")
+    right = {r["question"] for r in nq_cal + nq_test if exact_match(got[r["question"]]["answer"], r["answers"])}
+    figures: dict = {"k": args.k, "keep_target": args.keep, "nq": len(nq), "nq_right_today": len(today_right),
+                     "unanswerable": len(pool), "answers_differing_from_report": changed}
     cal_answerable = [got[r["question"]] for r in nq_cal if r["question"] in right]
-    weight = logprob_weight(cal_answerable, [got[r["question"]] for r in un_cal])
+    weight = round(logprob_weight(cal_answerable, [got[r["question"]] for r in un_cal]), 4)  # as shipped
     for record in got.values():
         record["combined"] = combined_score(record["top_score"], record["logprob"], weight)
     figures["logprob_weight"] = round(weight, 4)
