@@ -236,7 +236,7 @@ def _cmd_build(args: argparse.Namespace) -> int:
     batch_size = args.batch_size or (RAY_BATCH if args.ray is not None else 256)
     with build_encode_passages(args, encoder) as encode_passages:
         kb = KnowledgeBase.build(
-            lambda: iter_source_passages(sources, args.max_words, errors, report, args.text_columns),
+            lambda: iter_source_passages(sources, args.max_words, errors, report, args.text_columns, args.meta_fields),
             encode_passages,
             encoder.info(),
             out,
@@ -269,7 +269,8 @@ def _cmd_add(args: argparse.Namespace) -> int:
     encoder = _kb_encoder(path, manifest, args)
     names = ", ".join(str(s) for s in args.sources)
     version = edits_for(path).add(
-        path, iter_source_passages(sources, max_words, errors, report, args.text_columns), encode_fn(encoder),
+        path, iter_source_passages(sources, max_words, errors, report, args.text_columns, args.meta_fields),
+        encode_fn(encoder),
         batch_size=args.batch_size, progress=not args.quiet, on_error=errors, description=args.description,
         source_label=names,
     )
