@@ -42,9 +42,8 @@ def _sections(xml: str, title: str) -> list[Part]:
     """The sections of trafilatura's XML output: each top-level heading (one not inside a table cell or
     list item) is swapped for a marker paragraph, the whole rendered as trafilatura renders text, and the
     text cut at the markers."""
-    from lxml import etree
-    from trafilatura.xml import xmltotxt
-
+    etree = need("lxml.etree", "HTML files")
+    xmltotxt = need("trafilatura.xml", "HTML files").xmltotxt
     root = etree.fromstring(xml.encode("utf-8"), parser=etree.XMLParser(resolve_entities=False, no_network=True))
     main = root.find("main")
     if main is None:
