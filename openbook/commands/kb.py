@@ -72,6 +72,7 @@ def _register_build(actions) -> None:
             "  *.csv            a header row, then one record per row ('name: value' lines; --text-columns)\n"
             "  *.txt, *.md      text in any common encoding; Markdown rendered (title = first heading)\n"
             "  *.html, *.pdf, *.docx  main content, pages, paragraphs (pip install 'openbook[docs]')\n"
+            "  (Markdown, HTML and DOCX split at their headings, PDF at its pages: no passage spans two)\n"
             "  folder           every file of these types in it; each file not read is named, with why\n"
             "If the build is interrupted, running the same command again continues after the last\n"
             "completed batch (the state is kept in DIR.partial). DIR appears only once complete; an\n"
