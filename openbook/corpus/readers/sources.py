@@ -144,7 +144,7 @@ def _with_document(file: Path, document: str, items: Iterator[SourcePassage]) ->
         digest = digest or sha256_file(file)
         known = known or file_meta(file, file_type(file), document)
         source = item.document or document
-        meta = {**known, "source": source, **(item.passage.meta or {})}
+        meta = {"source": source, "type": known["type"], **(item.passage.meta or {}), "modified": known["modified"]}
         yield dataclasses.replace(item, passage=dataclasses.replace(item.passage, meta=meta), document=source,
                                   document_sha256=item.document_sha256 or digest)
 
