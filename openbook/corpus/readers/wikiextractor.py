@@ -147,7 +147,7 @@ def _articles(path: Path, errors: RecordErrors) -> Iterator[_Article]:
             if article is not None:
                 errors(article.where, f"record not closed by </doc> before the next <doc> (line {lineno})")
             article = _open_article(line, where, errors)
-            stray = False
+            stray = article is None  # a record without an id: its lines are not stray text
         elif line.rstrip() == "</doc>":
             if article is not None:
                 yield article
