@@ -119,6 +119,25 @@ def test_the_same_article_has_the_same_hash_wherever_it_is(tmp_path):
     assert first["wiki:25"] == second["wiki:25"] and first["wiki:12"] != second["wiki:12"]
 
 
+def test_json_output_and_a_missing_newline_after_doc(tmp_path):
+    """``wikiextractor --json`` writes one JSON record per line (no title line in the text); some versions
+    write ``</doc>`` with no newline, so that the next record starts on the same line."""
+    lines = [json.dumps({"id": "25", "revid": "9", "url": "https://en.wikipedia.org/wiki?curid=25", "title": "Autism",
+                         "text": "Autism\nis a neurodevelopmental disorder."}),
+             json.dumps({"id": "4729", "revid": "7", "url": "u", "title": "Batman &amp; Robin", "text": "A &amp; B"})]
+    (tmp_path / "json").mkdir()
+    (tmp_path / "json" / "wiki_00").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    items, report = read([tmp_path / "json"])
+    assert [(i.passage.id, i.passage.title, i.passage.text) for i in items] == [
+        ("wiki:25", "Autism", "Autism is a neurodevelopmental disorder."),
+        ("wiki:4729", "Batman & Robin", "A & B")]
+    assert items[0].passage.meta["url"] == "https://en.wikipedia.org/wiki?curid=25"
+    assert report.read == {"wikiextractor": 1}
+    glued = tmp_path / "wiki_01"
+    glued.write_text(AUTISM.replace("</doc>\n", "</doc>") + BATMAN, encoding="utf-8")
+    assert [i.passage.id for i in read([glued])[0]] == ["wiki:25", "wiki:4729"]
+
+
 def test_malformed_records_are_named_by_line(tmp_path):
     path = tmp_path / "wiki_00"
     path.write_text(AUTISM + '<doc url="x" title="No id">\nNo id\n\ntext\n</doc>\n'

@@ -10,8 +10,9 @@ afterwards), each a run of records::
     Anarchism is a political philosophy ...
     </doc>
 
-The files carry no telling suffix, so they are recognised by their content (:func:`sniff`: the first
-bytes, once decompressed, open a ``<doc id="...">`` record). Each article is one document: its title
+With ``--json`` each line is instead ``{"id": ..., "revid": ..., "url": ..., "title": ..., "text": ...}``
+(the text without the title line); both are read. The files carry no telling suffix, so they are recognised
+by their content (:func:`sniff`: the first bytes, once decompressed, open such a record). Each article is one document: its title
 (HTML entities decoded) is the passages' title, the title line that repeats it is dropped, and the text
 is split into the paper's disjoint 100-word passages, never across articles. An article is the natural
 document here, not a file: a file is an arbitrary bundle of about a hundred articles, and WikiExtractor
@@ -30,6 +31,7 @@ from __future__ import annotations
 
 import hashlib
 import html
+import json
 import re
 import zlib
 from collections.abc import Iterator
@@ -49,8 +51,9 @@ ID_PREFIX = "wiki:"
 # Wikipedia articles have well under a megabyte of text), so that a file without </doc> is never held whole.
 MAX_ARTICLE_CHARS = 32 << 20
 
-_SNIFF_BYTES = 64
-_OPEN = b'<doc id="'
+_SNIFF_BYTES = 256
+# The start of a <doc> record, or of a JSON record of WikiExtractor's --json output (keys in its order).
+_START = re.compile(rb'<doc id="|\{"id": "[^"]*", (?:"revid": "[^"]*", )?"url": "')
 _ATTRIBUTE = re.compile(r'(\w+)="([^"]*)"')
 _ENTITY = re.compile(r"&(?:#[0-9]+|#[xX][0-9a-fA-F]+|[A-Za-z][A-Za-z0-9]*);")
 
@@ -71,7 +74,7 @@ def sniff(path: Path) -> bool:
         if compression and not getattr(exc, "errno", None):
             raise FileProblem("corrupt", f"corrupt or truncated {compression} data ({exc})") from None
         return False
-    return head.lstrip(b"\xef\xbb\xbf \t\r\n").startswith(_OPEN)
+    return _START.match(head.lstrip(b"\xef\xbb\xbf \t\r\n")) is not None
 
 
 def wikiextractor_passages(path: Path, max_words: int, errors: RecordErrors,
@@ -92,9 +95,10 @@ def wikiextractor_passages(path: Path, max_words: int, errors: RecordErrors,
 class _Article:
     """One ``<doc>`` record as it is read: its attributes, the line it starts on, and its lines of text."""
 
-    def __init__(self, attributes: dict[str, str], where: str, header: str):
+    def __init__(self, attributes: dict[str, str], where: str, header: str, titled: bool = True):
         self.attributes = attributes
         self.where = where
+        self.titled = titled  # the text starts with the title line
         self.lines: list[str] = []
         self.size = 0
         self.digest = hashlib.sha256(header.encode("utf-8"))
@@ -120,7 +124,7 @@ class _Article:
         raw_title = self.attributes.get("title", "")
         title = html.unescape(raw_title)
         lines = self.lines
-        if lines and lines[0].strip() in (raw_title, title):  # WikiExtractor repeats the title first
+        if self.titled and lines and lines[0].strip() in (raw_title, title):  # WikiExtractor repeats the title first
             lines = lines[1:]
         text = _ENTITY.sub(lambda m: html.unescape(m.group(0)), "".join(lines))
         chunks = split_words(text, max_words)
@@ -133,35 +137,63 @@ class _Article:
 
 
 def _articles(path: Path, errors: RecordErrors) -> Iterator[_Article]:
-    """The well-formed ``<doc>`` records of ``path`` in order; malformed ones go to ``errors``."""
-    article: _Article | None = None
-    stray = False  # inside a run of text outside any record (reported once per run)
+    """The well-formed records of ``path`` in order; malformed ones go to ``errors``."""
+    parser = _Parser(path, errors)
     for lineno, line in _numbered_lines(path, "a WikiExtractor file"):
-        where = f"{path}:{lineno}"
+        if line is not None and line.startswith("</doc>") and line[6:].strip():
+            # some WikiExtractor versions write no newline after </doc>: "</doc><doc id=...>"
+            yield from parser.feed(lineno, "</doc>\n")
+            line = line[6:]
+        yield from parser.feed(lineno, line)
+    parser.end()
+
+
+class _Parser:
+    """Reads the lines of one file into articles: ``<doc>`` records, or the JSON records of ``--json``."""
+
+    def __init__(self, path: Path, errors: RecordErrors):
+        self.path, self.errors = path, errors
+        self.article: _Article | None = None
+        self.stray = False  # inside a run of lines outside any record (reported once per run)
+
+    def feed(self, lineno: int, line: str | None) -> Iterator[_Article]:
+        article, where = self.article, f"{self.path}:{lineno}"
         if line is None:
             if article is not None:
-                errors(article.where, f"not UTF-8 text (line {lineno})")
-                article, stray = None, True
-            continue
-        if line.startswith("<doc ") or line.startswith("<doc>"):
+                self.drop(f"not UTF-8 text (line {lineno})")
+            elif not self.stray:
+                self.errors(where, "not UTF-8 text")
+                self.stray = True
+        elif line.startswith("<doc ") or line.startswith("<doc>"):
             if article is not None:
-                errors(article.where, f"record not closed by </doc> before the next <doc> (line {lineno})")
-            article = _open_article(line, where, errors)
-            stray = article is None  # a record without an id: its lines are not stray text
+                self.errors(article.where, f"record not closed by </doc> before the next <doc> (line {lineno})")
+            self.article = _open_article(line, where, self.errors)
+            self.stray = self.article is None  # a record without an id: its lines are not stray text
         elif line.rstrip() == "</doc>":
             if article is not None:
                 yield article
-            article = None
+            self.article = None
         elif article is not None:
             article.add(line)
             if article.size > MAX_ARTICLE_CHARS:
-                errors(article.where, f"record longer than {MAX_ARTICLE_CHARS} characters without </doc>")
-                article, stray = None, True
-        elif line.strip() and not stray:
-            errors(where, "text outside a <doc> record")
-            stray = True
-    if article is not None:
-        errors(article.where, "record not closed by </doc> at the end of the file")
+                self.drop(f"record longer than {MAX_ARTICLE_CHARS} characters without </doc>")
+        elif line.startswith("{"):
+            found = _json_article(line, where, self.errors)
+            if found is not None:
+                yield found
+            self.stray = False
+        elif line.strip() and not self.stray:
+            self.errors(where, "text outside a <doc> record")
+            self.stray = True
+
+    def drop(self, problem: str) -> None:
+        """Report the current record as malformed; its remaining lines are skipped up to the next record."""
+        self.errors(self.article.where, problem)
+        self.article, self.stray = None, True
+
+    def end(self) -> None:
+        if self.article is not None:
+            self.errors(self.article.where, "record not closed by </doc> at the end of the file")
 
 
 def _open_article(line: str, where: str, errors: RecordErrors) -> _Article | None:
@@ -171,3 +203,24 @@ def _open_article(line: str, where: str, errors: RecordErrors) -> _Article | Non
         return None
     attributes["id"] = attributes["id"].strip()
     return _Article(attributes, where, line)
+
+
+def _json_article(line: str, where: str, errors: RecordErrors) -> _Article | None:
+    """An article of WikiExtractor's ``--json`` output: ``{"id", "revid", "url", "title", "text"}`` (the text
+    without the title line)."""
+    try:
+        record = json.loads(line)
+    except json.JSONDecodeError as exc:
+        errors(where, f"malformed JSON: {exc.msg} (column {exc.colno})")
+        return None
+    fields = record if isinstance(record, dict) else {}
+    page_id, title, text = fields.get("id"), fields.get("title", ""), fields.get("text")
+    url = fields.get("url")
+    if not isinstance(page_id, (str, int)) or not str(page_id).strip() or not isinstance(title, str) \
+            or not isinstance(text, str) or not isinstance(url, (str, type(None))):
+        errors(where, "expected a WikiExtractor JSON record with a string id, title and text")
+        return None
+    attributes = {"id": str(page_id).strip(), "title": title, **({"url": url} if url is not None else {})}
+    article = _Article(attributes, where, f"{attributes}\n", titled=False)
+    article.add(text)
+    return article
