@@ -11,10 +11,12 @@ afterwards), each a run of records::
     </doc>
 
 With ``--json`` each line is instead ``{"id": ..., "revid": ..., "url": ..., "title": ..., "text": ...}``
-(the text without the title line); both are read. The files carry no telling suffix, so they are recognised
-by their content (:func:`sniff`: the first bytes, once decompressed, open such a record). Each article is one document: its title
-(HTML entities decoded) is the passages' title, the title line that repeats it is dropped, and the text
-is split into the paper's disjoint 100-word passages, never across articles. An article is the natural
+(the text without the title line); both are read. The files carry no telling suffix, so they are
+recognised by their content (:func:`sniff`: the first bytes, once decompressed, open such a record).
+
+Each article is one document: its title (HTML entities decoded) is the passages' title, the title line
+that repeats it is dropped, and the text is split into the paper's disjoint 100-word passages, never
+across articles. An article is the natural
 document here, not a file: a file is an arbitrary bundle of about a hundred articles, and WikiExtractor
 bundles them differently from one dump to the next, whereas a page id stays. So the document id is
 ``wiki:<page id>`` (``kb delete KB --document wiki:12`` removes an article, and a ``kb sync`` with a
@@ -60,7 +62,7 @@ _ENTITY = re.compile(r"&(?:#[0-9]+|#[xX][0-9a-fA-F]+|[A-Za-z][A-Za-z0-9]*);")
 
 def sniff(path: Path) -> bool:
     """Whether ``path`` holds WikiExtractor records: its first bytes (decompressed if gzip or bzip2) open
-    a ``<doc id="...">`` record. Reads at most a few bytes; only regular files are opened. A compressed file
+    a ``<doc id="...">`` record or a JSON record of ``--json`` output. Reads at most a few bytes; only regular files are opened. A compressed file
     whose start cannot be decompressed raises :class:`FileProblem` ("corrupt")."""
     if not path.is_file():
         return False
