@@ -91,8 +91,8 @@ def test_articles_become_titled_passages_with_page_ids(extracted):
     assert passages[4].text == "Batman & Robin is a 1997 American superhero film."
     assert all(len(p.text.split()) <= 100 for p in passages)
     assert sum(len(p.text.split()) for p in passages[:3]) == 9 + 3 + 230
-    assert passages[0].meta == {"source": "wiki:12", "type": "wikiextractor", "page_id": "12",
-                                "url": "http://en.wikipedia.org/wiki?curid=12"}
+    assert passages[0].meta.items() >= {"source": "wiki:12", "type": "wikiextractor", "page_id": "12",
+                                        "url": "http://en.wikipedia.org/wiki?curid=12"}.items()
     assert {item.document for item in items} == {"wiki:12", "wiki:25", "wiki:4729", "wiki:13834"}
     assert all(p.meta["source"] == item.document for p, item in zip(passages, items))
     assert items[0].where == f"{extracted / 'AA' / 'wiki_00'}:1" and items[3].where.endswith("wiki_00:9")
@@ -223,3 +223,24 @@ def test_a_real_wikiextractor_file():
     assert titles["25"] == "Autism" and titles["307"] == "Abraham Lincoln"
     assert all(item.passage.meta["source"] == f"wiki:{item.passage.meta['page_id']}" for item in items)
     assert len({item.passage.id for item in items}) == len(items)
+
+
+# A resumed build skips the passages stored before the crash only if they compare equal, metadata included:
+# until the store keeps Passage.meta (branch filters), it starts over. Drop this mark once that is merged.
+@pytest.mark.xfail(strict=True, reason="the passage store does not keep Passage.meta yet")
+def test_an_interrupted_build_resumes(tmp_path, extracted):
+    from tiny_kb import Crash, crashing_encoder
+
+    many = "".join(record(1000 + i, f"Title {i}", [words(f"t{i}w", 30)]) for i in range(20))
+    (extracted / "AB" / "wiki_01").write_text(many, encoding="utf-8")
+    clean = KnowledgeBase.build(lambda: iter_source_passages([extracted]), encode, INFO, tmp_path / "clean",
+                                progress=False, batch_size=4)
+    out, calls = tmp_path / "kb", []
+    with pytest.raises(Crash):
+        KnowledgeBase.build(lambda: iter_source_passages([extracted]), crashing_encoder(3, calls), INFO, out,
+                            progress=False, batch_size=4, resume=True)
+    resumed: list = []
+    kb = KnowledgeBase.build(lambda: iter_source_passages([extracted]), crashing_encoder(0, resumed), INFO, out,
+                             progress=False, batch_size=4, resume=True)
+    assert sum(resumed) == len(clean) - 8  # the two batches done before the crash are not encoded again
+    assert [(p.id, p.title, p.text) for p in kb] == [(p.id, p.title, p.text) for p in clean]
