@@ -164,6 +164,13 @@ def test_corrupt_files_are_named_and_the_rest_read(extracted):
     assert {"wiki:12", "wiki:1000"} <= {item.document for item in items}
 
 
+def test_a_corrupt_file_given_alone_is_one_line(tmp_path):
+    path = tmp_path / "wiki_00.bz2"
+    path.write_bytes(b"BZh91AY&SY" + b"\x00" * 40)
+    with pytest.raises(InputError, match=rf"^{path}: corrupt or truncated bz2 data"):
+        source_kind(path)
+
+
 @pytest.fixture
 def loaded(monkeypatch) -> list[str]:
     """Replace the encoder loader with the tiny bag-of-words encoder; returns the names it was asked for."""

@@ -68,6 +68,10 @@ def source_kind(path: str | os.PathLike) -> str:
         raise InputError(f"{path}: no such file or directory")
     kind = file_type(path)
     if kind is None:
+        try:
+            sniff(path)  # a compressed file that cannot be decompressed says so
+        except FileProblem as problem:
+            raise InputError(f"{path}: {problem.detail}") from None
         raise InputError(
             f"{path}: unknown corpus format; expected a folder or a file ending in {_known()} "
             f"(JSON Lines and TSV may be gzip-compressed, .gz), or WikiExtractor output"
