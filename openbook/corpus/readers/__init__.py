@@ -25,6 +25,9 @@ from any mix of sources (see :func:`source_kind`):
   rendered to text), HTML (main content only), PDF (page by page) and DOCX -- the last three need the
   ``openbook[docs]`` extra. The title is the document's own (first Markdown heading, HTML title, PDF or
   DOCX metadata) or else the file name without its suffix;
+* WikiExtractor output (``wiki_00``, plain, ``.gz`` or ``.bz2``, recognised by its content): each
+  article a document ``wiki:<page id>`` with its title, page id and url
+  (:mod:`~openbook.corpus.readers.wikiextractor`);
 * folders of any of these, searched recursively (hidden files skipped, in sorted path order); a file
   not read is named with its reason in a :class:`SourceReport`.
 
