@@ -26,6 +26,9 @@ from any mix of sources (see :func:`source_kind`):
   ``openbook[docs]`` extra. The title is the document's own (first Markdown heading, HTML title, PDF or
   DOCX metadata) or else the file name without its suffix. Markdown, HTML and DOCX are split at their
   headings and PDF at its pages: no passage spans two, and each is titled ``"Document > Section"``;
+* WikiExtractor output (``wiki_00``, plain, ``.gz`` or ``.bz2``, recognised by its content): each
+  article a document ``wiki:<page id>`` with its title, page id and url
+  (:mod:`~openbook.corpus.readers.wikiextractor`);
 * folders of any of these, searched recursively (hidden files skipped, in sorted path order); a file
   not read is named with its reason in a :class:`SourceReport`.
 

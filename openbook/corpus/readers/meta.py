@@ -1,9 +1,10 @@
 """The metadata of passages read from files, and the record fields a user asks to keep (``--meta-fields``).
 
 Every passage read from a file gets ``source`` (its document id), ``type`` (the file type: ``markdown``,
-``html``, ``pdf``, ``docx``, ``csv``, ``text``, ``jsonl``, ``tsv``, ``parquet``), ``modified`` (the
-file's modification time, ISO 8601 UTC, ``2026-11-27T12:00:00Z``) and, where the document has them,
-``page`` (PDF, from 1) and ``section`` (the heading path of a Markdown, HTML or DOCX section).
+``html``, ``pdf``, ``docx``, ``csv``, ``text``, ``jsonl``, ``tsv``, ``parquet``, ``wikiextractor``),
+``modified`` (the file's modification time, ISO 8601 UTC, ``2026-11-27T12:00:00Z``) and, where the
+document has them, ``page`` (PDF, from 1), ``section`` (the heading path of a Markdown, HTML or DOCX
+section) or a WikiExtractor article's ``page_id`` and ``url``.
 
 The fields a user names are kept too: from JSON Lines and Parquet records, from the columns of CSV and TSV
 files (matched ignoring case; their values stay text), and from the dicts given to

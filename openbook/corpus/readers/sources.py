@@ -30,6 +30,7 @@ from openbook.corpus.readers.records import RecordErrors, SourcePassage, _record
 from openbook.corpus.readers.report import SourceReport
 from openbook.corpus.readers.text import MARKDOWN_SUFFIXES, TEXT_SUFFIXES, read_markdown, read_text
 from openbook.corpus.readers.tsv import TSV_SUFFIXES, _tsv_source
+from openbook.corpus.readers.wikiextractor import WIKIEXTRACTOR_TYPE, sniff, wikiextractor_passages
 from openbook.errors import InputError
 
 # File types by suffix, in the order they are tried. JSON Lines and TSV may also be gzip-compressed (.gz).
@@ -46,12 +47,16 @@ _LIBRARIES = {"html": ("trafilatura", "lxml_html_clean"), "pdf": ("pypdf",), "do
 
 
 def file_type(path: str | os.PathLike) -> str | None:
-    """The type of a corpus file by its suffix (a key of ``FILE_TYPES``), or None if unsupported."""
+    """The type of a corpus file by its suffix (a key of ``FILE_TYPES``), else ``"wikiextractor"`` for
+    WikiExtractor output (``wiki_00``, plain or compressed: recognised by its first bytes), or None."""
     name = Path(path).name.lower()
     for kind, suffixes in FILE_TYPES.items():
         if _strip_gz(name).endswith(suffixes) and (kind in _GZIP_TYPES or not name.endswith(".gz")):
             return kind
-    return None
+    try:
+        return WIKIEXTRACTOR_TYPE if sniff(Path(path)) else None
+    except FileProblem:
+        return None
 
 
 def _known() -> str:
@@ -67,9 +72,13 @@ def source_kind(path: str | os.PathLike) -> str:
         raise InputError(f"{path}: no such file or directory")
     kind = file_type(path)
     if kind is None:
+        try:
+            sniff(path)  # a compressed file that cannot be decompressed says so
+        except FileProblem as problem:
+            raise InputError(f"{path}: {problem.detail}") from None
         raise InputError(
             f"{path}: unknown corpus format; expected a folder or a file ending in {_known()} "
-            f"(JSON Lines and TSV may be gzip-compressed, .gz)"
+            f"(JSON Lines and TSV may be gzip-compressed, .gz), or WikiExtractor output"
         )
     return kind
 
@@ -138,10 +147,11 @@ def _with_document(file: Path, document: str, items: Iterator[SourcePassage]) ->
     """Fill in each passage's document: in a folder, the file's path relative to the folder (``a/b.md``, the
     same however the folder is named: relative, absolute, through a symlink); for a file source, an explicit
     ``document`` field of the record or else the file's name. The content hash is the file's sha256. Each
-    passage's ``meta`` gets the document's ``source``, ``type`` and ``modified`` (before its own fields)."""
+    passage's ``meta`` gets the document's ``source``, ``type`` and ``modified`` around its own fields."""
     digest = known = None
     for item in items:
-        digest = digest or sha256_file(file)
+        if item.document_sha256 is None:  # (a WikiExtractor article has its own)
+            digest = digest or sha256_file(file)
         known = known or file_meta(file, file_type(file), document)
         source = item.document or document
         meta = {"source": source, "type": known["type"], **(item.passage.meta or {}), "modified": known["modified"]}
@@ -182,6 +192,9 @@ def _reader(kind: str, text_columns, fields) -> Callable[..., Iterator[SourcePas
     if kind == "csv":
         return lambda path, base_id, max_words, errors, report: csv_passages(
             path, base_id, max_words, errors, text_columns, fields)
+    if kind == WIKIEXTRACTOR_TYPE:
+        return lambda path, base_id, max_words, errors, report: wikiextractor_passages(
+            path, max_words, errors, report)
     stream = {"jsonl": _jsonl_source, "tsv": _tsv_source, "parquet": _parquet_source}[kind]
     return lambda path, base_id, max_words, errors, report: stream(path, max_words, errors, fields)
 
@@ -248,7 +261,11 @@ def _file_problem(path: Path) -> tuple[str, str] | None:
             return "unreadable", "broken symbolic link"
         return "unreadable", f"cannot read: {exc.strerror or exc}"
     if file_type(path) is None:
-        return "unsupported type", f"unsupported type ({path.suffix or 'no suffix'}; openbook reads {_known()})"
+        try:
+            sniff(path)  # a compressed file that cannot be decompressed is "corrupt"
+        except FileProblem as problem:
+            return problem.reason, problem.detail
+        return "unsupported type", f"unsupported type ({path.suffix or 'no suffix'}; openbook reads {_known()} and WikiExtractor output)"
     if not path.is_file():
         return "unreadable", "not a regular file"
     if not os.access(path, os.R_OK):
