@@ -16,6 +16,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationInfo, field_validator
 
 from openbook.errors import MAX_K, check_k, check_text
+from openbook.index.filters import parse_filter
 from openbook.presets import DECODINGS, INTERACTIVE, MODELS, RETRIEVERS
 
 MAX_BEAMS = 8
@@ -77,6 +78,18 @@ def _check_questions(value: Questions) -> Questions:
     return value
 
 
+def _check_filter(value: dict[str, Any] | None) -> dict[str, Any] | None:
+    parse_filter(value)  # an InputError is a ValueError: a 422 naming the filter's field
+    return value
+
+
+FILTER_DESCRIPTION = (
+    "keep only the passages whose metadata matches, all conditions ANDed: FIELD: VALUE (equal) or FIELD: "
+    "{OPERATOR: VALUE} with operators eq, prefix (text starting with it), gte and lte (at least / at most: numbers "
+    "as numbers, ISO dates as text); e.g. {\"source\": {\"prefix\": \"handbook/\"}, \"modified\": {\"gte\": "
+    "\"2026-01-01\"}}. The top k is exact among the matching passages (null: no filter)")
+
+
 class AskRequest(Strict):
     question: Questions = Field(description=f"one question, or a list of at most {MAX_QUESTIONS}")
     k: int | None = Field(None, json_schema_extra=K_BOUNDS, description="passages retrieved per question (null: "
@@ -89,20 +102,24 @@ class AskRequest(Strict):
     max_new_tokens: int = Field(INTERACTIVE.max_new_tokens, ge=1, le=MAX_NEW_TOKENS,
                                 description="longest answer, in generator tokens")
     retriever: RetrieverName = Field("dense", description="dense (MIPS), bm25 or hybrid")
+    filter: dict[str, Any] | None = Field(None, description=FILTER_DESCRIPTION)
     stream: bool = Field(False, description="server-sent events: `token` per generated token (RAG-Token, "
                          "greedy), then `done` with the response object (or `error`)")
 
     _questions = field_validator("question")(_check_questions)
     _k = field_validator("k")(_check_k)
+    _filter = field_validator("filter")(_check_filter)
 
 
 class RetrieveRequest(Strict):
     question: Questions = Field(description=f"one question, or a list of at most {MAX_QUESTIONS}")
     k: int | None = Field(None, json_schema_extra=K_BOUNDS, description="passages per question (null: the server's k)")
     retriever: RetrieverName = "dense"
+    filter: dict[str, Any] | None = Field(None, description=FILTER_DESCRIPTION)
 
     _questions = field_validator("question")(_check_questions)
     _k = field_validator("k")(_check_k)
+    _filter = field_validator("filter")(_check_filter)
 
 
 class PassageOut(BaseModel):
@@ -112,6 +129,9 @@ class PassageOut(BaseModel):
     score: float = Field(description="the retriever's score (d(z)^T q(x) for dense)")
     prob: float = Field(description="p(z|x) over the top k")
     posterior: float | None = Field(None, description="p(z|x,y) given the answer")
+    meta: dict[str, str | bool | int | float] = Field(
+        default_factory=dict, description="the passage's metadata (source, type, page, section, modified and the "
+        "fields kept from the input); {} when it has none")
 
 
 class AnswerOut(BaseModel):
