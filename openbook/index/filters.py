@@ -45,6 +45,15 @@ SEARCH_CHUNK_ROWS = 32768  # stored vectors read at once by the exact filtered s
 
 
 
+class FilterError(InputError):
+    """A filter that is malformed, or that no passage matches; ``field`` names the part at fault in the JSON form
+    (``filter.modified.gte``), for the API's error."""
+
+    def __init__(self, message: str, field: str | None = None):
+        super().__init__(message)
+        self.field = field
+
+
 @dataclass(frozen=True)
 class Condition:
     """One test of a metadata field: ``op`` (one of :data:`OPERATORS`) against ``values`` (``eq``: any of
@@ -131,24 +140,27 @@ def _condition_sql(c: Condition) -> tuple[str, list]:
 
 def _check_field(field: Any, where: str) -> str:
     if not isinstance(field, str) or not FIELD.fullmatch(field):
-        raise InputError(f"{where}: field {field!r} must be letters, digits, '_' or '-' (starting with a letter or "
-                         f"'_', at most 100 characters)")
+        raise FilterError(f"{where}: field {field!r} must be letters, digits, '_' or '-' (starting with a letter or "
+                         f"'_', at most 100 characters)", where)
     return field
 
 
 def _check_value(value: Any, op: str, where: str) -> Any:
+    problem = None
     if op == "prefix" and not isinstance(value, str):
-        raise InputError(f"{where}: a prefix must be a string, got {value!r}")
-    if op in ("gte", "lte") and (isinstance(value, bool) or not isinstance(value, (str, int, float))):
-        raise InputError(f"{where}: a bound must be a number or a string (an ISO date), got {value!r}")
-    if not isinstance(value, (str, int, float, bool)):
-        raise InputError(f"{where}: the value must be a string, number or boolean, got {type(value).__name__}")
-    if isinstance(value, float) and not np.isfinite(value):
-        raise InputError(f"{where}: the value must be a finite number, got {value!r}")
-    if isinstance(value, str) and len(value) > MAX_VALUE_CHARS:
-        raise InputError(f"{where}: the value is longer than {MAX_VALUE_CHARS} characters")
-    if isinstance(value, str) and "\x00" in value:
-        raise InputError(f"{where}: the value holds a NUL character")
+        problem = f"a prefix must be a string, got {value!r}"
+    elif op in ("gte", "lte") and (isinstance(value, bool) or not isinstance(value, (str, int, float))):
+        problem = f"a bound must be a number or a string (an ISO date), got {value!r}"
+    elif not isinstance(value, (str, int, float, bool)):
+        problem = f"the value must be a string, number or boolean, got {type(value).__name__}"
+    elif isinstance(value, float) and not np.isfinite(value):
+        problem = f"the value must be a finite number, got {value!r}"
+    elif isinstance(value, str) and len(value) > MAX_VALUE_CHARS:
+        problem = f"the value is longer than {MAX_VALUE_CHARS} characters"
+    elif isinstance(value, str) and ("\x00" in value or any(0xD800 <= ord(c) <= 0xDFFF for c in value)):
+        problem = "the value is not valid text (a NUL character or a lone surrogate)"
+    if problem is not None:
+        raise FilterError(f"{where}: {problem}", where)
     return value
 
 
@@ -168,15 +180,15 @@ def parse_condition(expression: str) -> Condition:
     where = f"--where {expression!r}"
     match = re.search(r"\^=|>=|<=|[=<>^!~]", expression)
     if match is None:
-        raise InputError(f"{where}: expected FIELD=VALUE, FIELD^=PREFIX, FIELD>=X or FIELD<=X")
+        raise FilterError(f"{where}: expected FIELD=VALUE, FIELD^=PREFIX, FIELD>=X or FIELD<=X")
     symbol = match.group()
     if symbol not in CLI_OPERATORS:
-        raise InputError(f"{where}: unknown operator {expression[match.start():match.start() + 2]!r}; use =, ^=, "
+        raise FilterError(f"{where}: unknown operator {expression[match.start():match.start() + 2]!r}; use =, ^=, "
                          f">= or <=")
     field, text = _check_field(expression[:match.start()].strip(), where), expression[match.end():].strip()
     op = CLI_OPERATORS[symbol]
     if op != "eq" and not text:
-        raise InputError(f"{where}: no value after {symbol}")
+        raise FilterError(f"{where}: no value after {symbol}")
     _check_value(text, "eq", where)
     number = _number(text)
     if op == "eq":
@@ -193,7 +205,7 @@ def parse_where(expressions: Sequence[str] | None) -> Filter | None:
     if not expressions:
         return None
     if len(expressions) > MAX_CONDITIONS:
-        raise InputError(f"--where: at most {MAX_CONDITIONS} conditions, got {len(expressions)}")
+        raise FilterError(f"--where: at most {MAX_CONDITIONS} conditions, got {len(expressions)}")
     return Filter(tuple(parse_condition(e) for e in expressions))
 
 
@@ -203,20 +215,20 @@ def parse_filter(spec: Any, name: str = "filter") -> Filter | None:
     if spec is None:
         return None
     if not isinstance(spec, dict):
-        raise InputError(f"{name}: must be an object of FIELD: VALUE or FIELD: {{OPERATOR: VALUE}}")
+        raise FilterError(f"{name}: must be an object of FIELD: VALUE or FIELD: {{OPERATOR: VALUE}}", name)
     conditions = []
     for field, test in spec.items():
         where = f"{name}.{field}"
         _check_field(field, where)
         tests = test if isinstance(test, dict) else {"eq": test}
         if not tests:
-            raise InputError(f"{where}: give at least one of {', '.join(OPERATORS)}")
+            raise FilterError(f"{where}: give at least one of {', '.join(OPERATORS)}", where)
         for op, value in tests.items():
             if op not in OPERATORS:
-                raise InputError(f"{where}: unknown operator {op!r}; use one of {', '.join(OPERATORS)}")
+                raise FilterError(f"{where}: unknown operator {op!r}; use one of {', '.join(OPERATORS)}", where)
             conditions.append(Condition(field, op, (_check_value(value, op, f"{where}.{op}"),)))
     if len(conditions) > MAX_CONDITIONS:
-        raise InputError(f"{name}: at most {MAX_CONDITIONS} conditions, got {len(conditions)}")
+        raise FilterError(f"{name}: at most {MAX_CONDITIONS} conditions, got {len(conditions)}", name)
     return Filter(tuple(conditions)) if conditions else None
 
 
@@ -238,8 +250,8 @@ def as_filter(where: Filter | dict | str | Sequence[str] | None) -> Filter | Non
 # searching
 
 
-def no_match(where: Filter, path: Any) -> InputError:
-    return InputError(f"no passage of knowledge base {path} matches the filter {where.describe()}")
+def no_match(where: Filter, path: Any) -> FilterError:
+    return FilterError(f"no passage of knowledge base {path} matches the filter {where.describe()}", "filter")
 
 
 def exact_search(embeddings, rows: np.ndarray, queries, k: int) -> tuple[np.ndarray, np.ndarray]:

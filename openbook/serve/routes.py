@@ -19,7 +19,7 @@ from fastapi.staticfiles import StaticFiles
 from sse_starlette.sse import EventSourceResponse
 
 import openbook.serve.schemas as s
-from openbook.index.filters import parse_filter
+from openbook.index.filters import FilterError, parse_filter
 from openbook.serve.errors import ApiError, error_json
 
 ERRORS = {code: {"model": s.ErrorResponse} for code in (400, 401, 403, 404, 409, 422, 503, 504)}
@@ -67,9 +67,12 @@ def _passages(passages, scores, probs) -> list[dict]:
 
 
 def _where(spec: dict | None) -> dict:
-    """The job option of a request's ``"filter"`` (checked by the request model): ``{"where": Filter}`` or
-    nothing, so that requests without one batch as before."""
-    where = parse_filter(spec)
+    """The job option of a request's ``"filter"``: ``{"where": Filter}`` or nothing, so that requests without
+    one batch as before; a malformed filter is a 422 naming its part (``filter.modified.gte``)."""
+    try:
+        where = parse_filter(spec)
+    except FilterError as error:
+        raise ApiError(422, str(error), error.field) from None
     return {} if where is None else {"where": where}
 
 

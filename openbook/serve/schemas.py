@@ -16,7 +16,6 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationInfo, field_validator
 
 from openbook.errors import MAX_K, check_k, check_text
-from openbook.index.filters import parse_filter
 from openbook.presets import DECODINGS, INTERACTIVE, MODELS, RETRIEVERS
 
 MAX_BEAMS = 8
@@ -78,11 +77,7 @@ def _check_questions(value: Questions) -> Questions:
     return value
 
 
-def _check_filter(value: dict[str, Any] | None) -> dict[str, Any] | None:
-    parse_filter(value)  # an InputError is a ValueError: a 422 naming the filter's field
-    return value
-
-
+#: the JSON form of openbook.index.filters, parsed (and refused with a 422 naming e.g. filter.modified.gte) by the routes
 FILTER_DESCRIPTION = (
     "keep only the passages whose metadata matches, all conditions ANDed: FIELD: VALUE (equal) or FIELD: "
     "{OPERATOR: VALUE} with operators eq, prefix (text starting with it), gte and lte (at least / at most: numbers "
@@ -108,7 +103,6 @@ class AskRequest(Strict):
 
     _questions = field_validator("question")(_check_questions)
     _k = field_validator("k")(_check_k)
-    _filter = field_validator("filter")(_check_filter)
 
 
 class RetrieveRequest(Strict):
@@ -119,7 +113,6 @@ class RetrieveRequest(Strict):
 
     _questions = field_validator("question")(_check_questions)
     _k = field_validator("k")(_check_k)
-    _filter = field_validator("filter")(_check_filter)
 
 
 class PassageOut(BaseModel):
