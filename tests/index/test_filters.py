@@ -14,6 +14,7 @@ from openbook.index.filters import Condition, Filter, as_filter, parse_filter, p
 from openbook.index.hybrid import reciprocal_rank_fusion
 from openbook.index.retriever import BM25Retriever, DenseRetriever, HybridRetriever
 from openbook.index.sharded import shard_knowledge_base
+from ray_fixture import ray_local  # noqa: F401
 from tiny_kb import DIM, build, corpus
 from tolerance import dot_tolerance
 
@@ -161,10 +162,12 @@ def test_hybrid_fuses_the_filtered_lists(flat):
         assert set(ids.reshape(-1)) <= set(rows)
 
 
-@pytest.mark.parametrize("num_shards", [2, 3])
-def test_sharded_filtered_top_k_is_brute_force_over_the_matches(flat, tmp_path, num_shards):
+@pytest.mark.parametrize("num_shards, on_ray", [(2, False), (3, False), (3, True)])
+def test_sharded_filtered_top_k_is_brute_force_over_the_matches(flat, tmp_path, request, num_shards, on_ray):
     out = shard_knowledge_base(flat.path, num_shards, tmp_path / "sharded")
-    sharded = ShardedKnowledgeBase.load(out)
+    if on_ray:  # the shards served by Ray actors: the same calls, sent to them
+        request.getfixturevalue("ray_local")
+    sharded = ShardedKnowledgeBase.load(out, ray_address="local" if on_ray else None)
     try:
         # metadata survives the split
         assert {p.id: p.meta for p in sharded} == {p.id: p.meta for p in flat}
