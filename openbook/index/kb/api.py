@@ -343,7 +343,7 @@ class KnowledgeBase:
         rows = self._matches.get(where)
         if rows is None:
             rows = self._store.filter_rows(where, self._version, self._visible_rows)
-            if len(self._matches) >= 8:
+            if len(self._matches) >= 4:  # a few filters' rows (a retrieval reads them twice: count, search)
                 self._matches.clear()
             self._matches[where] = rows
         return rows
