@@ -134,7 +134,7 @@ class Retriever(ABC):
 
     def search_ids(self, questions: list[str], k: int, where: Filter | None = None) -> np.ndarray:
         """Only the row ids of :meth:`search` (what rank fusion reads)."""
-        return np.asarray(self.search(questions, k, where=where)[1])
+        return np.asarray((self.search(questions, k) if where is None else self.search(questions, k, where=where))[1])
 
 
 class DenseRetriever(Retriever):
