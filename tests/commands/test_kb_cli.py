@@ -3,7 +3,6 @@ encoder loader replaced (a hashed bag-of-words encoder, or the tiny random BERT)
 
 from __future__ import annotations
 
-import importlib.util
 import json
 
 import numpy as np
@@ -15,12 +14,6 @@ from openbook.index import KnowledgeBase
 from openbook.index.kb import partial_dir, read_manifest
 from tiny_kb import BowEncoder, Crash, build_kb, data_bytes, retrieve, run, without_times
 from tolerance import bound, probability_sum_bound
-
-# A resumed build skips the passages stored before the crash only if they compare equal, metadata included
-# (every passage read from a file has some): until the store keeps Passage.meta (branch filters, which adds
-# openbook/index/store_meta.py), it starts over. The mark goes away by itself once that is merged.
-STORE_KEEPS_META = importlib.util.find_spec("openbook.index.store_meta") is not None
-RESUMES = pytest.mark.xfail(not STORE_KEEPS_META, strict=True, reason="the passage store does not keep Passage.meta yet")
 
 
 def softmax_tolerance(logits) -> dict[str, float]:
@@ -123,7 +116,6 @@ def test_build_malformed_record_stop_and_skip(capsys, tmp_path, corpus_dir, enco
     assert read_manifest(out)["build"]["skipped"] == 1
 
 
-@RESUMES
 def test_interrupted_cli_build_resumes(capsys, tmp_path, corpus_dir, monkeypatch):
     calls = []
 

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import bz2
 import gzip
-import importlib.util
 import json
 import os
 from pathlib import Path
@@ -233,11 +232,6 @@ def test_a_real_wikiextractor_file():
     assert len({item.passage.id for item in items}) == len(items)
 
 
-# A resumed build skips the passages stored before the crash only if they compare equal, metadata included:
-# until the store keeps Passage.meta (branch filters, which adds openbook/index/store_meta.py), it starts
-# over. The mark lifts by itself once that is merged.
-@pytest.mark.xfail(importlib.util.find_spec("openbook.index.store_meta") is None, strict=True,
-                   reason="the passage store does not keep Passage.meta yet")
 def test_an_interrupted_build_resumes(tmp_path, extracted):
     from tiny_kb import Crash, crashing_encoder
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import dataclasses
 import gzip
-import importlib.util
 import json
 import shutil
 import time
@@ -29,12 +28,6 @@ from openbook.index.kb import (
 from openbook.index.store import EmbeddingsWriter, PassageStore, read_npy_header
 from tiny_kb import DIM, ENCODER, Crash, build, corpus, crashing_encoder, data_bytes, encode, hashed_bow, without_times
 from tolerance import dot_tolerance
-
-# A resumed build skips the passages stored before the crash only if they compare equal, metadata included
-# (every passage read from a file has some): until the store keeps Passage.meta (branch filters, which adds
-# openbook/index/store_meta.py), it starts over. The mark goes away by itself once that is merged.
-STORE_KEEPS_META = importlib.util.find_spec("openbook.index.store_meta") is not None
-RESUMES = pytest.mark.xfail(not STORE_KEEPS_META, strict=True, reason="the passage store does not keep Passage.meta yet")
 
 # -- passage store ------------------------------------------------------------------------------------
 
@@ -380,7 +373,6 @@ def test_resume_with_other_options_starts_over(tmp_path):
     assert sum(calls) == 20 and kb.embeddings.dtype == np.float16
 
 
-@RESUMES
 def test_interrupted_input_error_keeps_encoded_work(tmp_path):
     good = [json.dumps({"id": p.id, "title": p.title, "text": p.text}) for p in corpus(12)]
     source = write_lines(tmp_path / "c.jsonl", good[:10] + ["broken"] + good[10:])
@@ -393,7 +385,6 @@ def test_interrupted_input_error_keeps_encoded_work(tmp_path):
     assert sum(calls) == 4 and len(kb) == 12
 
 
-@RESUMES
 def test_rerun_with_skip_after_a_stop_continues(tmp_path):
     good = [json.dumps({"id": p.id, "title": p.title, "text": p.text}) for p in corpus(12)]
     source = write_lines(tmp_path / "c.jsonl", good[:10] + ["broken"] + good[10:])
