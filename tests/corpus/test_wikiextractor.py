@@ -219,6 +219,27 @@ def test_sync_and_delete_work_per_article(tmp_path, extracted):
     assert [d["document"] for d in list_documents(out)] == ["wiki:4729", "wiki:25"]
 
 
+def test_a_sync_with_a_corrupt_file_deletes_nothing(capsys, tmp_path, extracted, loaded):
+    out = tmp_path / "kb"
+    code, _, err = run(capsys, "kb", "build", extracted, "--out", out, "--quiet")
+    assert code == 0, err
+    before = [d["document"] for d in list_documents(out)]
+    (extracted / "AB" / "wiki_00.bz2").write_bytes(bz2.compress(HELLO.encode())[:-20])  # its article unseen
+    code, stdout, err = run(capsys, "kb", "sync", out, extracted, "--quiet", "--json")
+    assert code == 0, err
+    synced = json.loads(stdout)
+    assert synced["deleted"] == [] and "wiki:13834" in synced["kept"]
+    assert [(Path(s["path"]).name, s["reason"]) for s in synced["files_not_read"]] == [("wiki_00.bz2", "corrupt")]
+    assert [d["document"] for d in list_documents(out)] == before
+    code, stdout, err = run(capsys, "kb", "sync", out, extracted, "--quiet")
+    assert code == 0 and "wiki_00.bz2" in stdout and "no document was deleted" in stdout
+    code, _, err = run(capsys, "kb", "sync", out, extracted, "--quiet", "--strict")
+    assert code == 2 and "wiki_00.bz2" in err and [d["document"] for d in list_documents(out)] == before
+    (extracted / "AB" / "wiki_00.bz2").unlink()  # gone for good: now the sync deletes its article
+    code, stdout, err = run(capsys, "kb", "sync", out, extracted, "--quiet", "--json")
+    assert code == 0 and json.loads(stdout)["deleted"] == ["wiki:13834"]
+
+
 @pytest.mark.skipif(not REAL.is_dir(), reason="needs ../shared/data/wikipedia-2015-core")
 def test_a_real_wikiextractor_file():
     items, report = read([REAL / "AA" / "wiki_00.gz"])

@@ -46,6 +46,12 @@ class SourceReport:
         if self.report is not None:
             self.report(f"not read {skipped}")
 
+    @property
+    def incomplete(self) -> bool:
+        """True if a file that openbook reads was not read (unreadable, corrupt, too large, ...): the read may
+        have missed documents it holds, so a sync must not take their absence for a deletion."""
+        return any(s.reason not in ("unsupported type", "empty") for s in self.skipped)
+
     def encoding(self, path, encoding: str) -> None:
         self.encodings[str(path)] = encoding
 
