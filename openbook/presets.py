@@ -29,25 +29,35 @@ ON_ERROR = ("stop", "skip")  # what reading a corpus does with a bad record
 @dataclass(frozen=True)
 class Preset:
     """How to decode when not told otherwise: beam size (1 is greedy search), RAG-Sequence decoding, the
-    longest answer in generator tokens (None: the task's own length) and the generator's number type."""
+    longest answer in generator tokens (None: the task's own length), the generator's number type, and whether
+    to abstain when the knowledge base does not seem to hold the answer (:mod:`openbook.rag.abstain`)."""
 
     name: str
     num_beams: int
     decoding: str
     max_new_tokens: int | None
     dtype: str
+    abstain: bool
 
     def flags(self) -> str:
         """The command-line flags that select this preset (the answer length only where it is a number)."""
         flags = f"--beams {self.num_beams} --decoding {self.decoding}"
         if self.max_new_tokens is not None:
             flags += f" --max-new-tokens {self.max_new_tokens}"
-        return flags + f" --dtype {self.dtype}"
+        return flags + f" --dtype {self.dtype}" + ("" if self.abstain else " --no-abstain")
 
 
 # Greedy, Lazy decoding (Fast decoding's answer, reading passages only until it is settled), 16 new tokens,
-# bfloat16 where the CPU computes it natively: short answers in interactive time.
-INTERACTIVE = Preset("interactive", num_beams=1, decoding="lazy", max_new_tokens=16, dtype="auto")
-# The paper's decoding: 4 beams, Thorough decoding, the task's answer length, float32.
-PAPER = Preset("paper", num_beams=4, decoding="thorough", max_new_tokens=None, dtype="float32")
+# bfloat16 where the CPU computes it natively: short answers in interactive time; abstaining when the book has
+# no answer (with the model's calibrated threshold).
+INTERACTIVE = Preset("interactive", num_beams=1, decoding="lazy", max_new_tokens=16, dtype="auto", abstain=True)
+# The paper's decoding: 4 beams, Thorough decoding, the task's answer length, float32; every question answered.
+PAPER = Preset("paper", num_beams=4, decoding="thorough", max_new_tokens=None, dtype="float32", abstain=False)
 PRESETS = {preset.name: preset for preset in (INTERACTIVE, PAPER)}
+
+# What `ask` abstains on (openbook.rag.abstain): "top_score", the top passage's retrieval score d(z)^T q(x);
+# "logprob", the answer's log p(y|x) per token; or "combined", top_score + ABSTAIN_LOGPROB_WEIGHT * logprob.
+# Chosen, weighted, and its threshold calibrated for the shipped default (stored in its run.json), by
+# `PYTHONPATH=. python bench/abstention.py` (docs/results.md, "Abstention").
+ABSTAIN_SIGNAL = "combined"
+ABSTAIN_LOGPROB_WEIGHT = 0.3451

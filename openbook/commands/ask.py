@@ -54,6 +54,12 @@ def register(subparsers) -> None:
                      help="shortest answer, in generator tokens (default: %(default)s)")
     ask.add_argument("--length-penalty", type=finite_float, metavar="X", default=1.0,
                      help="beam score = log p / length**X, as in transformers (default: %(default)s)")
+    ask.add_argument("--no-abstain", dest="abstain", action="store_false", default=INTERACTIVE.abstain,
+                     help="answer even when the knowledge base does not seem to hold the answer (by default ask "
+                          "abstains then, with the model's calibrated threshold; the paper preset never does)")
+    ask.add_argument("--abstain-threshold", type=finite_float, metavar="X", default=None,
+                     help="abstain below this score instead of the model's calibrated threshold (a model without "
+                          "one never abstains unless given this)")
     ask.add_argument("--json", action="store_true",
                      help="print one JSON object (with --file: JSON Lines, one object per question, in input order)")
     ask.set_defaults(handler=_cmd_ask, subparser=ask)
@@ -79,6 +85,7 @@ def _cmd_ask(args: argparse.Namespace) -> int:
         del settings["k"]
     if where is not None:
         settings["where"] = where
+    settings.update(_abstain_settings(args))
     if args.min_new_tokens or args.length_penalty != 1.0:  # only pass what differs from the defaults
         settings.update(min_new_tokens=args.min_new_tokens, length_penalty=args.length_penalty)
 
@@ -106,6 +113,14 @@ def _cmd_ask(args: argparse.Namespace) -> int:
             first = False
         sys.stdout.flush()
     return 0
+
+
+def _abstain_settings(args: argparse.Namespace) -> dict:
+    """``abstain`` / ``abstain_threshold`` for ``rag.ask``, only where they differ from its defaults."""
+    settings = {} if args.abstain == INTERACTIVE.abstain else {"abstain": args.abstain}
+    if args.abstain_threshold is not None:
+        settings["abstain_threshold"] = args.abstain_threshold
+    return settings
 
 
 def _ask(rag: Any, questions: list[str], settings: dict, where: str | None) -> list:
@@ -152,13 +167,15 @@ def _batches(items: list, size: int) -> Iterator[list]:
 
 def answer_record(answer: Any) -> dict:
     """The JSON form of an answer: ``question``, ``answer``, ``model``, ``truncated`` (decoding hit the
-    token limit and the answer was cut back to a sensible boundary), ``passages`` (each with its ``meta``
+    token limit and the answer was cut back to a sensible boundary), ``abstained`` with ``abstain_score`` and
+    ``abstain_threshold`` (:mod:`openbook.rag.abstain`; RAG answers), ``passages`` (each with its ``meta``
     object, ``{}`` when it has none)."""
     return {
         "question": str(answer.question),
         "answer": str(answer.answer),
         "model": str(answer.model),
         "truncated": bool(getattr(answer, "truncated", False)),
+        **(answer.abstention() if hasattr(answer, "abstention") else {}),
         "passages": [
             {
                 "id": _plain(p.id),
@@ -195,10 +212,19 @@ def snippet(text: str, width: int = SNIPPET_CHARS) -> str:
     return cut.rstrip(" ,;:.-") + "..."
 
 
+def abstention_message(score: float, threshold: float) -> str:
+    """The one line that stands for an answer when ask abstains."""
+    return (f"The knowledge base does not seem to hold the answer (score {score:.3f} below the threshold "
+            f"{threshold:.3f}; --no-abstain answers anyway).")
+
+
 def _print_answer(answer: Any, out: TextIO) -> None:
-    print(answer.answer, file=out)
-    if getattr(answer, "truncated", False):
-        print("(cut short by the token limit: --max-new-tokens N allows a longer answer)", file=out)
+    if getattr(answer, "abstained", False):
+        print(abstention_message(answer.abstain_score, answer.abstain_threshold), file=out)
+    else:
+        print(answer.answer, file=out)
+        if getattr(answer, "truncated", False):
+            print("(cut short by the token limit: --max-new-tokens N allows a longer answer)", file=out)
     passages = list(answer.passages)
     if not passages:
         return

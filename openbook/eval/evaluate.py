@@ -86,7 +86,7 @@ def predict(
     inputs = _check_inputs(inputs)
     positive_int(batch_size, "batch_size")
     positive_int(num_beams, "num_beams")
-    options: dict[str, Any] = {"num_beams": num_beams, "decoding": decoding}
+    options: dict[str, Any] = {"num_beams": num_beams, "decoding": decoding, "abstain": PAPER.abstain}
     if max_new_tokens is not None:
         options["max_new_tokens"] = positive_int(max_new_tokens, "max_new_tokens")
     if k is not None:

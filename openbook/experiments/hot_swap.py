@@ -23,6 +23,7 @@ from pathlib import Path
 from openbook.corpus import Passage
 from openbook.errors import InputError
 from openbook.experiments import missing_extra
+from openbook.presets import PAPER
 
 ROLES = {"head_of_state": "head of state", "head_of_government": "head of government"}
 ERAS = ("2016-12-31", "2018-12-31")
@@ -119,7 +120,7 @@ def run_hot_swap(rag, leaders_csv: str | Path, out_dir: str | Path, build_kb, li
         answers[era] = [
             a.answer
             for start in range(0, len(questions), batch_size)
-            for a in rag.ask(questions[start: start + batch_size], **ask_options)
+            for a in rag.ask(questions[start: start + batch_size], **{"abstain": PAPER.abstain, **ask_options})
         ]
     gold = {"2016": [old[o] for o in offices], "2018": [new[o] for o in offices]}
     accuracies = {

@@ -92,7 +92,7 @@ def run_posterior(run: str, question: str | None, out_dir: str | Path, k: int = 
         max_new_tokens = get_task(task).default_max_new_tokens
 
     rag = model_of_run(run, kb=kb, decode_as="rag-token", device=device)
-    options = {"k": k, "num_beams": beams, "max_new_tokens": max_new_tokens}
+    options = {"k": k, "num_beams": beams, "max_new_tokens": max_new_tokens, "abstain": PAPER.abstain}
     search = None
     if inputs:
         answers = [a for start in range(0, len(inputs), batch_size)

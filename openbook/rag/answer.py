@@ -13,6 +13,7 @@ from dataclasses import asdict, dataclass, field
 
 from openbook.errors import InputError, positive_int
 from openbook.presets import DECODINGS
+from openbook.rag.abstain import abstain_score, abstains
 
 # Bounds on the work one call may ask for (a user's typo must not take hours or all memory): beams as
 # wide as anyone decodes with (the paper used 4; transformers' examples go to 10-50), and answers of
@@ -43,6 +44,16 @@ class Answer:
     alternatives: list[str] = field(default_factory=list)  # the next-best hypotheses (n-best), best first
     token_posteriors: list[list[float]] | None = None  # RAG-Token: p(z_t|x,y_<=t) per token, per passage
     truncated: bool = False  # decoding hit max_new_tokens (no EOS): the text was cut back to a whole word/sentence
+    logprob: float | None = None  # log p(y|x) per answer token (RAG marginal over the passages read)
+    abstained: bool = False  # the knowledge base does not seem to hold the answer (openbook.rag.abstain)
+    abstain_score: float | None = None  # the score that decided it ...
+    abstain_threshold: float | None = None  # ... against this threshold (None: no calibrated threshold)
+
+    def decide_abstention(self, threshold: float | None) -> None:
+        """Score this answer for abstention and abstain if the score is below ``threshold`` (None: never)."""
+        self.abstain_score = abstain_score([p.score for p in self.passages], self.logprob)
+        self.abstain_threshold = threshold
+        self.abstained = abstains(self.abstain_score, threshold)
 
     def to_dict(self, full: bool = False) -> dict:
         out = {
@@ -50,6 +61,7 @@ class Answer:
             "answer": self.answer,
             "model": self.model,
             "truncated": self.truncated,
+            **self.abstention(),
             "passages": [
                 {k: v for k, v in asdict(p).items() if full or k != "posterior"} for p in self.passages
             ],
@@ -58,6 +70,14 @@ class Answer:
             out["tokens"], out["token_texts"] = self.tokens, self.token_texts
             out["token_posteriors"] = self.token_posteriors
         return out
+
+    def abstention(self) -> dict:
+        """``abstained``, ``abstain_score`` and ``abstain_threshold`` (None: no calibrated threshold), as JSON gives
+        them; nothing for an answer never scored (a closed-book model has no passages to judge by)."""
+        if self.abstain_score is None:
+            return {}
+        return {"abstained": self.abstained, "abstain_score": self.abstain_score,
+                "abstain_threshold": self.abstain_threshold}
 
 
 def check_questions(questions: Sequence[str]) -> list[str]:

@@ -28,6 +28,7 @@ from openbook.models.knowledge import build_knowledge_base, demo_knowledge_base,
 from openbook.models.loading import GENERATOR_ALIASES
 from openbook.models.precision import TORCH_DTYPES, quantize_int8, resolve_dtype
 from openbook.models.weights import load_tensors, load_weights, read_tensors, weights_path
+from openbook.rag.abstain import run_threshold
 from openbook.rag.closed_book import ClosedBook
 from openbook.rag.model import RAG
 
@@ -149,6 +150,7 @@ def shipped_default(model=None, generator="default", encoder=None, untrained: bo
 RUN_FILE = "run.json"  # what `openbook train --out DIR` needs to rebuild its model, next to DIR/checkpoint
 RUN_KEYS = ("model", "generator", "encoder", "kb", "retriever", "k", "learn_scale")
 REQUIRED_RUN_KEYS = ("model", "generator", "encoder")
+CALIBRATED_WITH = ("model", "retriever", "k")  # a run's abstention threshold holds only with its own of these
 
 
 def _as_location(value):
@@ -236,4 +238,8 @@ def load_run(run_dir: str | Path, kb=None, **overrides):
         load_tensors(model, rest, weights, what, required=set())
     else:
         load_weights(model, weights, what)
+    if "abstain" in spec and isinstance(model, RAG):  # a threshold holds only for the model it was calibrated on
+        as_calibrated = read_run_spec(run_dir)
+        if all(spec.get(key) == as_calibrated.get(key) for key in CALIBRATED_WITH):
+            model.abstain_threshold = run_threshold(spec, f"{run_dir}/{RUN_FILE}")
     return model.eval()

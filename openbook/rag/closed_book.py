@@ -124,10 +124,11 @@ class ClosedBook(nn.Module):
     def ask(self, questions: Sequence[str], k: int | None = None, num_beams: int = INTERACTIVE.num_beams,
             decoding: str = INTERACTIVE.decoding, max_new_tokens: int = INTERACTIVE.max_new_tokens,
             min_new_tokens: int = 0, length_penalty: float = 1.0, n_best: int = 1,
-            early_stopping: bool | str = False) -> list[Answer]:
+            early_stopping: bool | str = False, abstain: bool = INTERACTIVE.abstain,
+            abstain_threshold: float | None = None) -> list[Answer]:
         """Answer each question from the generator's parameters alone: greedy (``num_beams=1``) or beam
-        search, options as in :meth:`RAG.ask`; ``k`` and ``decoding`` (a RAG-Sequence option) are accepted
-        and ignored. The answers have no passages; ``n_best > 1`` fills ``alternatives``."""
+        search, options as in :meth:`RAG.ask`; ``k``, ``decoding`` (a RAG-Sequence option) and the abstention
+        options (with no passages there is nothing to judge the book by) are accepted and ignored. The answers have no passages; ``n_best > 1`` fills ``alternatives``."""
         check_decoding_options(decoding, num_beams, max_new_tokens, min_new_tokens, length_penalty, n_best)
         questions, memory = self._memory(questions)
         cfg = beam_config_for(self.generator, num_beams=num_beams, max_length=max_new_tokens + 1,

@@ -28,6 +28,7 @@ from openbook.models.encoders import Encoder, default_score_scale
 from openbook.models.generators import Generator, Memory
 from openbook.models.pieces import token_pieces
 from openbook.presets import INTERACTIVE, MODELS
+from openbook.rag.abstain import check_threshold
 from openbook.rag.answer import Answer, RetrievedPassage, check_decoding_options, check_questions
 from openbook.rag.boundary import answer_texts
 from openbook.rag.decoding import beam_config_for, rag_sequence_decode, rag_sequence_decode_lazy, rag_token_decode
@@ -117,6 +118,9 @@ class RAG(nn.Module):
     #: above this module, which never imports it; importing :mod:`openbook.rag` (as ``from openbook.rag.model
     #: import RAG`` does first) hands it in here.
     loader: Callable[..., RAG] | None = None
+    #: The abstention threshold calibrated for this model (:mod:`openbook.rag.abstain`): set by
+    #: :func:`openbook.rag.assemble.load_run` from the shipped default's run.json; None: never calibrated.
+    abstain_threshold: float | None = None
 
     @classmethod
     def load(cls, model: str | None = None, kb=None, generator: str = "default", encoder: str | None = None,
@@ -197,6 +201,8 @@ class RAG(nn.Module):
         early_stopping: bool | str = False,
         on_step=None,
         where: Where = None,
+        abstain: bool = INTERACTIVE.abstain,
+        abstain_threshold: float | None = None,
     ) -> list[Answer]:
         """Answer each question with provenance: passages, p(z|x), p(z|x,y) and (RAG-Token) per-token
         document posteriors. The defaults are :data:`~openbook.presets.INTERACTIVE`'s, as ``openbook ask``'s
@@ -207,8 +213,14 @@ class RAG(nn.Module):
         ``length_penalty``, ``min_new_tokens`` and ``early_stopping`` mean what they mean in transformers.
         ``on_step(position, tokens (B,))`` sees each token as it is chosen, for RAG-Token greedy search only
         (streaming; RAG-Sequence and beam search know their answers only at the end). ``where`` is a metadata
-        filter, as for :meth:`retrieve`."""
+        filter, as for :meth:`retrieve`.
+
+        ``abstain`` marks the answers whose abstention score is below ``abstain_threshold`` (default: the
+        model's calibrated :attr:`abstain_threshold`, None for a model never calibrated, which then never
+        abstains) as ``abstained`` (:mod:`openbook.rag.abstain`); every answer carries its score."""
         check_decoding_options(decoding, num_beams, max_new_tokens, min_new_tokens, length_penalty, n_best)
+        if abstain_threshold is not None:
+            abstain_threshold = check_threshold(abstain_threshold, "abstain_threshold")
         questions = check_questions(questions)
         retrieval = self.retrieve(questions, k, where)
         cfg = beam_config_for(self.generator, num_beams=num_beams, max_length=max_new_tokens + 1,
@@ -231,6 +243,9 @@ class RAG(nn.Module):
             if decoded.docs_read is not None:  # Lazy decoding: an unread passage has no posterior
                 for passage, was_read in zip(answer.passages, decoded.docs_read[b].tolist()):
                     passage.posterior = passage.posterior if was_read else None
+        threshold = self.abstain_threshold if abstain_threshold is None else abstain_threshold
+        for answer in answers:
+            answer.decide_abstention(threshold if abstain else None)
         return answers
 
     def _pair_encoder(self, questions, retrieval):
@@ -305,6 +320,10 @@ class RAG(nn.Module):
             doc_seq_logprobs = (lp * mask[:, None, :]).sum(-1)
             tok_post = token_doc_posterior(lp[..., None], retrieval.doc_logprobs, torch.zeros_like(tokens))
         seq_post = sequence_doc_posterior(doc_seq_logprobs, retrieval.doc_logprobs)
+        # log p(y|x) per token, the answer's length-normalised likelihood (an abstention signal): RAG-Sequence's
+        # marginal, for RAG-Token too (an approximation there); Lazy decoding's unread passages add nothing
+        marginal = torch.logsumexp(doc_seq_logprobs.float() + retrieval.doc_logprobs.float(), dim=-1)
+        per_token = marginal / mask.sum(-1).clamp(min=1)
         texts, truncated = answer_texts(self.generator, tokens, max_new_tokens)
         answers = []
         for b, question in enumerate(questions):
@@ -321,7 +340,7 @@ class RAG(nn.Module):
                 tokens=self.generator.tokenizer.convert_ids_to_tokens(row) if self.generator.tokenizer else [],
                 token_texts=token_pieces(self.generator.tokenizer, row) if self.generator.tokenizer else [],
                 token_posteriors=tok_post[b, :n].tolist() if tok_post is not None else None,
-                truncated=truncated[b],
+                truncated=truncated[b], logprob=float(per_token[b]),
             ))
         return answers
 

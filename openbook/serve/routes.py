@@ -105,7 +105,8 @@ def install_routes(app: FastAPI, server, static: Path) -> None:
             raise ApiError(422, f"{field}: {error}", field) from None
         options = {"k": k, "num_beams": body.beams, "max_new_tokens": body.max_new_tokens,
                    "retriever": body.retriever, "model": model,
-                   "decoding": body.decoding if model == "rag-sequence" else "fast", **_where(body.filter)}
+                   "decoding": body.decoding if model == "rag-sequence" else "fast", **_where(body.filter),
+                   "abstain": body.abstain, "abstain_threshold": body.abstain_threshold}
         if not body.stream:
             job = server.submit("ask", questions, options)
             return _ask_response(await server.wait(job, request), received)

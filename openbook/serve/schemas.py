@@ -100,6 +100,10 @@ class AskRequest(Strict):
     filter: dict[str, Any] | None = Field(None, description=FILTER_DESCRIPTION)
     stream: bool = Field(False, description="server-sent events: `token` per generated token (RAG-Token, "
                          "greedy), then `done` with the response object (or `error`)")
+    abstain: bool = Field(INTERACTIVE.abstain, description="say `abstained` when the knowledge base does not seem "
+                          "to hold the answer (the model's calibrated threshold; false: always answer)")
+    abstain_threshold: float | None = Field(None, allow_inf_nan=False, description="abstain below this score "
+                                            "(null: the model's calibrated threshold, if it has one)")
 
     _questions = field_validator("question")(_check_questions)
     _k = field_validator("k")(_check_k)
@@ -137,6 +141,11 @@ class AnswerOut(BaseModel):
     token_posteriors: list[list[float]] | None = Field(
         None, description="RAG-Token: p(z|x,y_<=t) per answer token, per passage (the paper's Figure 2)")
     truncated: bool = Field(description="the answer hit max_new_tokens and was cut back to a whole word")
+    abstained: bool = Field(False, description="the knowledge base does not seem to hold the answer: "
+                            "abstain_score is below abstain_threshold (the passages show why)")
+    abstain_score: float | None = Field(None, description="the score abstention is decided on")
+    abstain_threshold: float | None = Field(None, description="the threshold it was compared with (null: the "
+                                            "model has no calibrated threshold, or abstain was false)")
 
 
 class KBRef(BaseModel):

@@ -295,7 +295,8 @@ class Worker:
 
     def _compute(self, batch: list[Job], book: Book) -> list:
         options = dict(batch[0].options)
-        self._use(book, options.pop("retriever", None))
+        retriever = options.pop("retriever", None)
+        self._use(book, retriever)
         questions = [q for job in batch for q in job.questions]
         if batch[0].kind == "retrieve":
             with torch.no_grad():
@@ -312,6 +313,9 @@ class Worker:
             rows = [job if i == 0 and job.on_token is not None else None for job in batch for i in range(len(job.questions))]
             on_step = _Streamer(self.rag.generator, rows).step
         previous = self.rag.model_type
+        if options.get("abstain_threshold") is None and (model != previous or retriever not in (
+                None, self._default_retriever) or options.get("k") not in (None, self.rag.k)):
+            options["abstain"] = False  # the model's threshold holds for its own settings only (rag.abstain)
         self.rag.model_type = model
         try:
             answers = self.rag.ask(questions, on_step=on_step, **options)

@@ -31,12 +31,12 @@ DECODING_FIELDS = ("num_beams", "decoding", "max_new_tokens", "dtype")
 
 
 def test_the_presets():
-    assert dataclasses.astuple(INTERACTIVE)[1:] == (1, "lazy", 16, "auto")  # what `openbook ask` did
-    assert dataclasses.astuple(PAPER)[1:] == (4, "thorough", None, "float32")  # None: the task's length
+    assert dataclasses.astuple(INTERACTIVE)[1:] == (1, "lazy", 16, "auto", True)  # what `openbook ask` did
+    assert dataclasses.astuple(PAPER)[1:] == (4, "thorough", None, "float32", False)  # None: the task's length
     with pytest.raises(dataclasses.FrozenInstanceError):
         INTERACTIVE.num_beams = 4
     assert presets.PRESETS == {"interactive": INTERACTIVE, "paper": PAPER}
-    assert PAPER.flags() == "--beams 4 --decoding thorough --dtype float32"
+    assert PAPER.flags() == "--beams 4 --decoding thorough --dtype float32 --no-abstain"
     assert INTERACTIVE.flags() == "--beams 1 --decoding lazy --max-new-tokens 16 --dtype auto"
     for preset in (INTERACTIVE, PAPER):
         assert preset.decoding in presets.DECODINGS and preset.dtype in presets.DTYPES

@@ -119,7 +119,8 @@ def test_predict_batches_ask_calls_in_order():
     answers = predict(model, inputs, batch_size=2, num_beams=3, max_new_tokens=7, decoding="fast")
     assert [a.answer for a in answers] == [str(i) for i in range(5)]
     assert [len(batch) for batch, _ in model.calls] == [2, 2, 1]
-    assert model.calls[0][1] == {"num_beams": 3, "decoding": "fast", "max_new_tokens": 7}  # k=None: the model's
+    assert model.calls[0][1] == {"num_beams": 3, "decoding": "fast", "max_new_tokens": 7,  # k=None: the model's
+                                 "abstain": PAPER.abstain}  # the paper preset never abstains
     predict(model, inputs[:1], k=4)
     assert model.calls[-1][1]["k"] == 4
 

@@ -104,6 +104,9 @@ def test_screenshot_script_refuses_bad_arguments(argv, message, tmp_path, capsys
 # -- the real app over a tiny model ---------------------------------------------------------------------
 
 
+SERVED: dict = {}  # the model the server answers with (a test gives it an abstention threshold)
+
+
 def free_socket() -> socket.socket:
     sock = socket.socket()
     sock.bind(("127.0.0.1", 0))
@@ -132,6 +135,7 @@ def server(tmp_path_factory):
     # (others repeat one word whatever they read), so the swap visibly changes the answer
     generator = Seq2SeqGenerator(tiny_bart(vocab_size=len(tok), seed=7), tok)
     rag = RAG(encoder, generator, KnowledgeBase.load(root / "alpha"), model="rag-token", k=K)
+    SERVED["rag"] = rag
     app = create_app(ServeConfig(kb_root=str(root), admin_token=TOKEN, max_question_chars=1000), rag=rag)
     sock = free_socket()
     uv = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on"))
@@ -264,6 +268,26 @@ def test_ask_stream_heatmap_then_swap_the_book(page, server):
         assert page.locator("#passages .passage-title").all_inner_texts()[0] in {t for t, _ in BOOKS["beta"]}
     finally:  # ... and the next test starts from alpha again
         api(server, "/v1/kb/swap", {"name": "alpha", "version": None}, token=TOKEN)
+
+
+def test_the_page_says_when_the_book_has_no_answer(page, server):
+    """Abstaining (a threshold above any score), the page says so with the score and keeps the passages;
+    unticking "Abstain" asks again for the answer itself."""
+    rag = SERVED["rag"]
+    rag.abstain_threshold = 1e6
+    try:
+        assert page.is_checked("#abstain")  # on by default, as the API's default says
+        ask_on_page(page, "alpha")
+        text = page.inner_text("#answer")
+        want = api(server, "/v1/ask", {"question": QUESTION, "model": "rag-token", "k": K})["answers"][0]
+        assert want["abstained"] and text.startswith("The knowledge base does not seem to hold the answer"), text
+        assert f"score {want['abstain_score']:.3f} below 1000000.000" in text and want["answer"] in text
+        assert page.locator("#passages .passage-title").count() == K  # the passages show why
+        page.uncheck("#abstain")
+        ask_on_page(page, "alpha")
+        assert page.inner_text("#answer") == want["answer"]
+    finally:
+        rag.abstain_threshold = None
 
 
 def test_api_errors_are_shown_in_the_page(page, server):

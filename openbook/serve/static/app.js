@@ -95,6 +95,7 @@ async function loadOptions() {
     if (k.minimum != null) $("k").min = String(k.minimum);
     if (k.maximum != null) $("k").max = String(k.maximum);
     if (fields.k.default != null) $("k").value = String(fields.k.default);
+    if (fields.abstain) $("abstain").checked = fields.abstain.default !== false;
   } catch (err) {
     showError(messageOf(err));
   }
@@ -108,6 +109,7 @@ function askBody(question) {
   const k = $("k").value.trim();
   if (k) body.k = Number(k);
   if ($("model").value) body.model = $("model").value;
+  body.abstain = $("abstain").checked;
   return body;
 }
 
@@ -159,6 +161,7 @@ async function ask(question) {
 
 function clearResults() {
   $("answer").textContent = "";
+  $("answer").classList.remove("abstained");
   $("passages").replaceChildren();
   $("heatmap").replaceChildren();
   $("heatmap-section").hidden = true;
@@ -226,7 +229,11 @@ function showKb(kb) {
 
 function showResult(result) {
   const answer = result.answers[0];
-  $("answer").textContent = answer.answer || "(empty answer)";
+  $("answer").textContent = answer.abstained
+    ? `The knowledge base does not seem to hold the answer (score ${fmt(answer.abstain_score)} below ` +
+      `${fmt(answer.abstain_threshold)}; its best guess was "${answer.answer}").`
+    : answer.answer || "(empty answer)";
+  $("answer").classList.toggle("abstained", Boolean(answer.abstained));
   const t = result.timings || {};
   $("answer-meta").textContent = [
     answer.model,

@@ -1,0 +1,118 @@
+"""Abstention (openbook/rag/abstain.py): the decision rule, RAG.ask's fields on a tiny model, the threshold a run
+carries (used only for the model it was calibrated on), the paper preset never abstaining; the slow test asks
+the real shipped default a question its book cannot answer and one it can."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+
+from openbook.errors import InputError
+from openbook.presets import ABSTAIN_LOGPROB_WEIGHT, ABSTAIN_SIGNAL, INTERACTIVE, PAPER
+from openbook.rag.abstain import abstain_score, abstains, run_threshold
+from serve_helpers import tiny_rag
+
+QUESTION = "capital of france"
+
+
+def test_the_rule_is_one_comparison_and_never_without_a_threshold():
+    assert abstains(0.49, 0.5) and not abstains(0.5, 0.5) and not abstains(0.51, 0.5)
+    assert not abstains(-math.inf, None)  # a model never calibrated never abstains
+    assert INTERACTIVE.abstain and not PAPER.abstain and "--no-abstain" in PAPER.flags()
+
+
+def test_the_score_is_the_chosen_signal():
+    scores, logprob = [0.2, 0.7, 0.4], -1.5
+    expected = {"top_score": 0.7, "logprob": -1.5, "combined": 0.7 - 1.5 * ABSTAIN_LOGPROB_WEIGHT}[ABSTAIN_SIGNAL]
+    assert abstain_score(scores, logprob) == pytest.approx(expected)
+
+
+CALIBRATED = {"signal": ABSTAIN_SIGNAL, "logprob_weight": ABSTAIN_LOGPROB_WEIGHT}
+
+
+def test_a_runs_threshold_is_read_only_for_its_signal():
+    assert run_threshold({}, "run.json") is None
+    assert run_threshold({"abstain": {**CALIBRATED, "threshold": 0.25}}, "run.json") == 0.25
+    assert run_threshold({"abstain": {**CALIBRATED, "signal": "something-else", "threshold": 0.25}}, "run.json") is None
+    if ABSTAIN_SIGNAL == "combined":  # a threshold for another weighting of the two signals is another signal's
+        other = {**CALIBRATED, "logprob_weight": ABSTAIN_LOGPROB_WEIGHT + 1.0, "threshold": 0.25}
+        assert run_threshold({"abstain": other}, "run.json") is None
+    for bad in (CALIBRATED, {**CALIBRATED, "threshold": "high"}, [0.5]):
+        with pytest.raises(InputError, match="run.json"):
+            run_threshold({"abstain": bad}, "run.json")
+
+
+@pytest.fixture(scope="module")
+def rag(tmp_path_factory):
+    return tiny_rag(tmp_path_factory.mktemp("abstain"), model="rag-sequence")[0]
+
+
+def test_ask_abstains_below_the_threshold_and_says_so(rag):
+    (base,) = rag.ask([QUESTION], max_new_tokens=4)
+    assert base.abstained is False and base.abstain_threshold is None  # the tiny model has no calibrated threshold
+    score = base.abstain_score
+    assert score == abstain_score([p.score for p in base.passages], base.logprob)
+    (high,) = rag.ask([QUESTION], max_new_tokens=4, abstain_threshold=score + 1.0)
+    (low,) = rag.ask([QUESTION], max_new_tokens=4, abstain_threshold=score - 1.0)
+    assert high.abstained and not low.abstained
+    record = high.to_dict()
+    assert record["abstained"] is True and record["abstain_score"] == score
+    assert record["abstain_threshold"] == score + 1.0
+    assert record["answer"] == base.answer and len(record["passages"]) == len(base.passages)  # the user sees why
+    assert low.to_dict()["abstained"] is False and low.to_dict()["abstain_score"] == score
+    with pytest.raises(InputError, match="abstain_threshold"):
+        rag.ask([QUESTION], abstain_threshold=math.nan)
+
+
+def test_the_models_own_threshold_applies_unless_abstain_is_off(rag, monkeypatch):
+    (base,) = rag.ask([QUESTION], max_new_tokens=4)
+    monkeypatch.setattr(rag, "abstain_threshold", base.abstain_score + 1.0, raising=False)
+    (own,) = rag.ask([QUESTION], max_new_tokens=4)
+    (off,) = rag.ask([QUESTION], max_new_tokens=4, abstain=False)
+    (paper,) = rag.ask([QUESTION], max_new_tokens=4, abstain=PAPER.abstain)
+    assert own.abstained and own.abstain_threshold == base.abstain_score + 1.0
+    assert not off.abstained and not paper.abstained and off.abstain_score == base.abstain_score
+
+
+def test_predict_uses_the_paper_preset_and_never_abstains(rag, monkeypatch):
+    from openbook.eval.evaluate import predict
+
+    monkeypatch.setattr(rag, "abstain_threshold", math.inf, raising=False)  # would abstain on everything
+    (answer,) = predict(rag, [QUESTION], num_beams=1, max_new_tokens=4)
+    assert answer.abstained is False
+
+
+def test_a_run_carries_its_threshold_for_its_own_settings_only(tmp_path):
+    from openbook.rag.assemble import load_run
+    from tiny_runs import save_tiny_models, train_run
+
+    run = train_run(tmp_path, "run", "rag-sequence", *save_tiny_models(tmp_path))
+    assert load_run(run).abstain_threshold is None  # never calibrated
+    spec = json.loads((run / "run.json").read_text())
+    spec["abstain"] = {**CALIBRATED, "threshold": 0.125, "calibrated_by": "bench/abstention.py"}
+    (run / "run.json").write_text(json.dumps(spec))
+    assert load_run(run).abstain_threshold == 0.125
+    assert load_run(run, k=spec["k"]).abstain_threshold == 0.125  # the same settings, named
+    for other in ({"retriever": "bm25"}, {"model": "rag-token"}, {"k": spec["k"] + 1}):
+        assert load_run(run, **other).abstain_threshold is None, other
+
+
+# -- the real shipped default -----------------------------------------------------------------------------
+
+
+@pytest.mark.slow
+@pytest.mark.shipped_default
+def test_the_default_abstains_on_a_question_its_book_cannot_answer():
+    """The shipped default has a calibrated threshold; the demo book (Wikipedia) answers "Who wrote Hamlet?" but
+    holds nothing on a company's holiday rules."""
+    from openbook.rag import RAG
+
+    rag = RAG.load()
+    assert rag.abstain_threshold is not None
+    known, unknown = rag.ask(["Who wrote Hamlet?", "How many vacation days do new employees get at Initech?"])
+    assert not known.abstained and "Shakespeare" in known.answer, known
+    assert unknown.abstained and unknown.abstain_score < unknown.abstain_threshold, unknown
+    (forced,) = rag.ask([unknown.question], abstain=False)
+    assert not forced.abstained
