@@ -36,7 +36,8 @@ def register(subparsers) -> None:
             "examples:\n"
             '  openbook ask "Who got the first Nobel Prize in Physics?"\n'
             '  openbook ask "Who wrote Hamlet?" --model rag-token --k 10 --json\n'
-            "  openbook ask --file questions.txt --json > answers.jsonl\n\n"
+            "  openbook ask --file questions.txt --json > answers.jsonl\n"
+            '  openbook ask "How many vacation days?" --kb my-kb --where source^=handbook/\n\n'
             "defaults (the interactive preset, as RAG.ask's and POST /v1/ask's): greedy search, Lazy decoding\n"
             "(Fast decoding's answer, reading passages only until it is settled), "
             f"{INTERACTIVE.max_new_tokens} new tokens, bfloat16\n"
@@ -48,7 +49,7 @@ def register(subparsers) -> None:
     ask.add_argument("question", nargs="?", metavar="QUESTION", help="the question to answer")
     ask.add_argument("--file", metavar="QUESTIONS.txt",
                      help="answer every question in this file, one per line (blank lines skipped; '-' reads stdin)")
-    options.add_options(ask, "model", "k", "retriever", "beams", "decoding", "run", "kb", "generator", "untrained", "encoder",
+    options.add_options(ask, "model", "k", "retriever", "where", "beams", "decoding", "run", "kb", "generator", "untrained", "encoder",
                         "max-new-tokens", "dtype", "device", "batch-size", preset=INTERACTIVE)
     options.add_options(ask, "quiet")  # a bar over the questions of --file
     ask.add_argument("--min-new-tokens", type=int, metavar="N", default=0,
@@ -71,12 +72,15 @@ def _cmd_ask(args: argparse.Namespace) -> int:
 
     # Read the questions before loading any model, so a wrong path fails in milliseconds.
     numbered = _read_questions(args.file) if args.file is not None else []
+    where = options.where(args)
 
     rag = options.model_from_args(args)
     settings = {"k": args.k, "num_beams": args.beams, "decoding": decoding,
                 "max_new_tokens": args.max_new_tokens}
     if args.k is None:  # the model's own k (5, or the run's)
         del settings["k"]
+    if where is not None:
+        settings["where"] = where
     if args.min_new_tokens or args.length_penalty != 1.0:  # only pass what differs from the defaults
         settings.update(min_new_tokens=args.min_new_tokens, length_penalty=args.length_penalty)
 
@@ -153,7 +157,8 @@ def _batches(items: list, size: int) -> Iterator[list]:
 
 def answer_record(answer: Any) -> dict:
     """The JSON form of an answer: ``question``, ``answer``, ``model``, ``truncated`` (decoding hit the
-    token limit and the answer was cut back to a sensible boundary), ``passages``."""
+    token limit and the answer was cut back to a sensible boundary), ``passages`` (each with its ``meta``
+    object, ``{}`` when it has none)."""
     return {
         "question": str(answer.question),
         "answer": str(answer.answer),
@@ -166,6 +171,7 @@ def answer_record(answer: Any) -> dict:
                 "text": str(p.text),
                 "score": float(p.score),
                 "prob": float(p.prob),
+                "meta": dict(getattr(p, "meta", None) or {}),
             }
             for p in answer.passages
         ],

@@ -72,6 +72,7 @@ def _register_build(actions) -> None:
             "  *.csv            a header row, then one record per row ('name: value' lines; --text-columns)\n"
             "  *.txt, *.md      text in any common encoding; Markdown rendered (title = first heading)\n"
             "  *.html, *.pdf, *.docx  main content, pages, paragraphs (pip install 'openbook[docs]')\n"
+            "  (Markdown, HTML and DOCX split at their headings, PDF at its pages: no passage spans two)\n"
             "  folder           every file of these types in it; each file not read is named, with why\n"
             "If the build is interrupted, running the same command again continues after the last\n"
             "completed batch (the state is kept in DIR.partial). DIR appears only once complete; an\n"
@@ -236,7 +237,7 @@ def _cmd_build(args: argparse.Namespace) -> int:
     batch_size = args.batch_size or (RAY_BATCH if args.ray is not None else 256)
     with build_encode_passages(args, encoder) as encode_passages, kb_build.reading_files(args, sources, report):
         kb = KnowledgeBase.build(
-            lambda: iter_source_passages(sources, args.max_words, errors, report, args.text_columns),
+            lambda: iter_source_passages(sources, args.max_words, errors, report, args.text_columns, args.meta_fields),
             encode_passages,
             encoder.info(),
             out,
@@ -270,7 +271,8 @@ def _cmd_add(args: argparse.Namespace) -> int:
     names = ", ".join(str(s) for s in args.sources)
     with kb_build.reading_files(args, sources, report):
         version = edits_for(path).add(
-            path, iter_source_passages(sources, max_words, errors, report, args.text_columns), encode_fn(encoder),
+            path, iter_source_passages(sources, max_words, errors, report, args.text_columns, args.meta_fields),
+            encode_fn(encoder),
             batch_size=args.batch_size, progress=not args.quiet, on_error=errors, description=args.description,
             source_label=names,
         )

@@ -1,6 +1,7 @@
 """What ``kb build``, ``kb add`` and ``kb sync`` say about their sources: the files read per type and every file
-not read with its reason (``--json`` carries the same), ``--strict``, ``--text-columns`` for CSV files, and a
-progress bar over the files as they are read (its total known from a listing, so it shows the time left).
+not read with its reason (``--json`` carries the same), ``--strict``, ``--text-columns`` for CSV files,
+``--meta-fields`` (the record fields and columns each passage keeps as metadata), and a progress bar over the
+files as they are read (its total known from a listing, so it shows the time left).
 
 A file that cannot be read is named and skipped, so a bad file never stops a folder build after the
 encoder has loaded; with ``--strict`` every source is read once before the encoder loads, and any file
@@ -19,15 +20,35 @@ from openbook.corpus import SourceReport
 
 
 def add_source_options(parser: argparse.ArgumentParser) -> None:
-    """``--strict`` and ``--text-columns`` (and ``--json`` where the command has none yet)."""
+    """``--strict``, ``--text-columns`` and ``--meta-fields`` (and ``--json`` where the command has none yet)."""
     parser.add_argument("--strict", action="store_true",
                         help="read every source before loading the encoder and stop if any file cannot be read "
                              "(default: name each such file with its reason, skip it and go on)")
     parser.add_argument("--text-columns", type=_column_list, default=None, metavar="NAME,...",
                         help="the columns of CSV files that make up the text, written 'name: value' "
                              "(default: all but id and title)")
+    add_meta_fields_option(parser)
     if not any("--json" in action.option_strings for action in parser._actions):
         parser.add_argument("--json", action="store_true", help="print one JSON object instead of a summary")
+
+
+def add_meta_fields_option(parser: argparse.ArgumentParser) -> None:
+    """``--meta-fields``: the fields of JSON Lines and Parquet records and the columns of CSV and TSV files
+    that each passage keeps in its metadata."""
+    parser.add_argument("--meta-fields", type=_meta_fields, default=(), metavar="NAME,...",
+                        help="record fields (JSON Lines, Parquet) or columns (CSV, TSV) each passage keeps as "
+                             "metadata, besides source, type, page, section and modified; values must be text, "
+                             "numbers or true/false (default: none)")
+
+
+def _meta_fields(text: str) -> tuple[str, ...]:
+    from openbook.corpus import check_meta_fields
+    from openbook.errors import InputError
+
+    try:
+        return check_meta_fields(_column_list(text))
+    except InputError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def _column_list(text: str) -> list[str]:
@@ -46,7 +67,8 @@ def source_report(args: argparse.Namespace, sources, max_words: int, errors):
     report = FilesRead(report=None if args.json else lambda message: warnings.warn(message, stacklevel=2))
     if args.strict:
         check = SourceReport()
-        for _ in iter_source_passages(sources, max_words, RecordErrors(errors.on_error), check, args.text_columns):
+        for _ in iter_source_passages(sources, max_words, RecordErrors(errors.on_error), check, args.text_columns,
+                                      args.meta_fields):
             pass  # malformed records follow --on-error, in this pass as in the build's (warned about once, there)
         if check.skipped:
             more = f" (and {len(check.skipped) - 1} more file(s) not read)" if len(check.skipped) > 1 else ""

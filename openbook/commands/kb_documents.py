@@ -30,7 +30,8 @@ def register(actions, delete: argparse.ArgumentParser, kb_encoder: Callable, rec
             "not yet in KB are added, files whose content (sha256) changed are replaced, documents whose\n"
             "file is gone are deleted; unchanged files are not re-encoded. A document is a file's path\n"
             "relative to DIR. A failed or interrupted sync changes nothing (the next edit undoes it); run it\n"
-            "again. Nothing changed: no new version."
+            "again. Nothing changed: no new version. While a file of DIR cannot be read (corrupt, say), no\n"
+            "document is deleted: the sync names the file and keeps what it cannot see."
         ),
         epilog="example:\n  openbook kb build notes/ --out my-kb\n  openbook kb sync my-kb notes/ --json",
     )
@@ -47,6 +48,7 @@ def register(actions, delete: argparse.ArgumentParser, kb_encoder: Callable, rec
     sync.add_argument("--description", default=None, help="describe this version (default: what changed)")
     sync.add_argument("--json", action="store_true", help="print what was added, replaced and deleted as JSON")
     options.add_options(sync, "quiet")
+    kb_build.add_source_options(sync)
     options.add_options(sync, "device")
     sync.set_defaults(handler=_cmd_sync, kb_encoder=kb_encoder, record_errors=record_errors)
 
@@ -80,19 +82,20 @@ def _cmd_sync(args: argparse.Namespace) -> int:
     manifest = read_manifest(path)
     sources = check_sources([args.source])
     max_words = args.max_words or manifest.get("build", {}).get("max_words") or 100
-    encoder = args.kb_encoder(path, manifest, args)
     errors = args.record_errors(args.on_error)
+    files = kb_build.source_report(args, sources, max_words, errors)  # --strict reads before the encoder loads
+    encoder = args.kb_encoder(path, manifest, args)
     root = sources[0] if source_kind(sources[0]) == "folder" else None
-    with kb_build.reading_files(args, sources, kb_build.FilesRead()) as files:
+    passages = iter_source_passages(sources, max_words, errors, files, args.text_columns, args.meta_fields)
+    with kb_build.reading_files(args, sources, files):
         report = sync_documents(
-            path, iter_source_passages(sources, max_words, errors, files), encode_fn(encoder),
-            batch_size=args.batch_size, progress=not args.quiet, on_error=errors, description=args.description,
-            source_label=args.source, root=root,
+            path, passages, encode_fn(encoder), batch_size=args.batch_size, progress=not args.quiet, on_error=errors,
+            description=args.description, source_label=args.source, root=root, source_report=files,
         )
     num_passages = read_manifest(path)["num_passages"]
     if args.json:
-        print(json.dumps({"kb": str(path), **report, "num_passages": num_passages, "skipped": errors.skipped},
-                         ensure_ascii=False, indent=2))
+        print(json.dumps({"kb": str(path), **report, "num_passages": num_passages, "skipped": errors.skipped,
+                          **files.as_dict()}, ensure_ascii=False, indent=2))
         return 0
     if report["version"] is None:
         print(f"knowledge base {path} already matches {args.source} ({len(report['unchanged'])} documents); "
@@ -106,6 +109,10 @@ def _cmd_sync(args: argparse.Namespace) -> int:
             print(f"  {key:<8} {document}")
     if errors.skipped:
         print(f"  skipped {errors.skipped} malformed record(s); first: {errors.examples[0]}")
+    for line in files.lines():
+        print(f"  {line}")
+    if files.incomplete:
+        print("  no document was deleted while a file could not be read; fix or remove it and sync again")
     return 0
 
 

@@ -67,6 +67,23 @@ def _retriever(p) -> None:
                    "or the --run's)")
 
 
+def _where(p) -> None:
+    p.add_argument("--where", action="append", metavar="FIELD=VALUE", default=None,
+                   help="keep only the passages whose metadata matches; repeatable, all must hold: FIELD=VALUE "
+                   "(equal), FIELD^=PREFIX (text starting with PREFIX), FIELD>=X or FIELD<=X (at least / at most X: "
+                   "numbers compare as numbers, ISO dates such as 2026-01-01 as text). Fields: source (the document), "
+                   "type, page, section, modified, and any kept from the input; e.g. --where source^=handbook/ "
+                   "--where modified>=2026-01-01. The top k is exact among the matching passages")
+
+
+def where(args: argparse.Namespace):
+    """The :class:`~openbook.index.filters.Filter` of ``--where`` (None without it); a malformed condition is a
+    one-line :class:`~openbook.errors.InputError` naming it."""
+    from openbook.index.filters import parse_where  # lazy: pulls in numpy
+
+    return parse_where(getattr(args, "where", None))
+
+
 def _beams(p, default: int) -> None:
     p.add_argument("--beams", type=positive_int, metavar="N", default=default,
                    help="beam size; 1 is greedy search (default: %(default)s)")
@@ -123,7 +140,7 @@ def _quiet(p) -> None:
 
 OPTIONS: dict[str, Callable] = {
     "model": _model, "run": _run, "kb": _kb, "generator": _generator, "untrained": _untrained, "encoder": _encoder, "k": _k,
-    "retriever": _retriever, "beams": _beams, "decoding": _decoding, "max-new-tokens": _max_new_tokens,
+    "retriever": _retriever, "where": _where, "beams": _beams, "decoding": _decoding, "max-new-tokens": _max_new_tokens,
     "dtype": _dtype, "batch-size": _batch_size, "device": _device,
     "quiet": _quiet,
 }

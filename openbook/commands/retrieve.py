@@ -39,11 +39,12 @@ def register(subparsers) -> None:
         epilog=(
             "examples:\n"
             '  openbook retrieve "Who wrote Hamlet?"\n'
-            '  openbook retrieve "capital of France" --kb my-kb --k 10 --json'
+            '  openbook retrieve "capital of France" --kb my-kb --k 10 --json\n'
+            '  openbook retrieve "vacation days" --kb my-kb --where source^=handbook/ --where modified>=2026-01-01'
         ),
     )
     retrieve.add_argument("question", metavar="QUESTION")
-    options.add_options(retrieve, "kb", "k", "encoder", "retriever", "device")
+    options.add_options(retrieve, "kb", "k", "encoder", "retriever", "where", "device")
     retrieve.add_argument("--version", type=positive_int, default=None, metavar="N",
                           help="search this version of the knowledge base (default: its current version)")
     retrieve.add_argument("--json", action="store_true", help="print one JSON object")
@@ -62,6 +63,7 @@ def _cmd_retrieve(args: argparse.Namespace) -> int:
     question = args.question.strip()
     if not question:
         raise InputError("the question is empty")
+    where = options.where(args)  # a malformed --where fails before any model loads
     # A wrong --kb path fails here, reading the manifest, before any model is loaded.
     device = options.device(args)  # a missing GPU fails before the encoder loads
     encoder = kb_commands.load_encoder(encoder_name(args.encoder, args.kb)).to(device)
@@ -73,22 +75,24 @@ def _cmd_retrieve(args: argparse.Namespace) -> int:
             kb.reload(version=args.version)
     name = args.retriever or "dense"
     retriever = make_retriever(name, kb, encode=encoder.encode_queries)
-    hits = retriever.retrieve([question], args.k or options.DEFAULT_K)
+    hits = retriever.retrieve([question], args.k or options.DEFAULT_K, where=where)
     scale = default_score_scale(encoder) if retriever.scaled else 1.0
     scores, rows, passages = hits.scores[0], hits.ids[0], hits.passages[0]
     probs = retrieval_logprobs(hits.scores, scale).exp()[0].tolist()
     results = [
         {"rank": rank, "row": int(row), "id": p.id, "title": p.title, "text": p.text,
-         "score": float(score), "prob": float(prob)}
+         "score": float(score), "prob": float(prob), "meta": dict(p.meta or {})}
         for rank, (row, p, score, prob) in enumerate(zip(rows, passages, scores, probs), start=1)
     ]
     if args.json:
         record = {"question": question, "kb": str(kb.path), "version": kb.version, "k": len(results),
-                  "retriever": name, "score_scale": scale, "passages": results}
+                  "retriever": name, "score_scale": scale, "where": where.describe() if where else None,
+                  "passages": results}
         print(json.dumps(record, ensure_ascii=False, indent=2))
         return 0
-    where = args.kb if args.kb is not None else "the demo knowledge base"
-    print(f"Top {len(results)} passages for {question!r} in {where} (version {kb.version}), "
+    book = args.kb if args.kb is not None else "the demo knowledge base"
+    matching = f" matching {where.describe()}" if where else ""
+    print(f"Top {len(results)} passages{matching} for {question!r} in {book} (version {kb.version}), "
           f"with retriever probability p(z|x):")
     for r in results:
         title = " ".join(r["title"].split()) or "(untitled)"

@@ -16,6 +16,7 @@ from typing import Any, Protocol, runtime_checkable
 import numpy as np
 
 from openbook.corpus import Passage
+from openbook.index.filters import Filter
 
 
 @runtime_checkable
@@ -64,7 +65,9 @@ class KnowledgeBaseLike(Protocol):
 
     def passages(self, indices) -> list[Passage] | list[list[Passage]]: ...
 
-    def search(self, query_vectors, k: int) -> tuple[np.ndarray, np.ndarray]: ...
+    def search(self, query_vectors, k: int, where: Filter | None = None) -> tuple[np.ndarray, np.ndarray]: ...
+
+    def count_matching(self, where: Filter) -> int: ...
 
     def at_version(self, version: int | None = None) -> KnowledgeBaseLike: ...
 

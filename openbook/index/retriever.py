@@ -35,6 +35,7 @@ from typing import Any
 import numpy as np
 
 from openbook.errors import InputError, KnowledgeBaseError, positive_int
+from openbook.index.filters import Filter, no_match
 from openbook.index.protocol import KnowledgeBaseLike
 from openbook.presets import RETRIEVERS
 
@@ -43,14 +44,15 @@ HYBRID_DEPTH = 100  # how deep each retriever's list is read for reciprocal rank
 QueryEncoder = Callable[[list[str]], Any]  # questions -> (B, d) numpy array or torch tensor
 
 
-def fit_k(k: int, available: int) -> int:
+def fit_k(k: int, available: int, where: Filter | None = None) -> int:
     """``k`` (checked where it entered, :func:`openbook.errors.check_k`) clamped to ``available`` live
-    passages, with a warning."""
+    passages (those matching ``where``, if given), with a warning."""
     if k > available:
         if available < 1:
             raise KnowledgeBaseError("the knowledge base has no passages to retrieve")
-        warnings.warn(f"k={k} is larger than the knowledge base ({available} passages); using k={available}",
-                      stacklevel=3)
+        what = (f"the knowledge base ({available} passages)" if where is None else
+                f"the {available} passages matching the filter {where.describe()}")
+        warnings.warn(f"k={k} is larger than {what}; using k={available}", stacklevel=3)
         k = available
     return k
 
@@ -100,13 +102,21 @@ class Retriever(ABC):
         """Retrieve from ``kb`` from now on (drops anything built for the previous one)."""
         self.kb = kb
 
-    def retrieve(self, questions: Sequence[str], k: int) -> Hits:
-        """The top ``k`` passages of each question (``k`` clamped to the live passages by :func:`fit_k`)."""
+    def retrieve(self, questions: Sequence[str], k: int, where: Filter | None = None) -> Hits:
+        """The top ``k`` passages of each question (``k`` clamped to the live passages by :func:`fit_k`); with
+        ``where``, the exact top ``k`` among the passages whose metadata matches it (InputError if none does)."""
         if isinstance(questions, str):
             questions = [questions]
         questions = list(questions)
-        k = fit_k(k, self.num_passages)
-        scores, ids = self.search(questions, k)
+        if where is None:
+            k = fit_k(k, self.num_passages)
+            scores, ids = self.search(questions, k)
+        else:
+            available = self.kb.count_matching(where)
+            if available == 0:
+                raise no_match(where, getattr(self.kb, "path", "the knowledge base"))
+            k = fit_k(k, available, where)
+            scores, ids = self.search(questions, k, where=where)
         ids = np.asarray(ids)
         if ids.shape != (len(questions), k) or (ids < 0).any():
             raise KnowledgeBaseError(f"the {self.name} retriever found fewer than k={k} passages in "
@@ -118,12 +128,13 @@ class Retriever(ABC):
         return self.kb.passages(ids)
 
     @abstractmethod
-    def search(self, questions: list[str], k: int) -> tuple[Any, np.ndarray]:
-        """``(scores (B, k), row ids (B, k))`` for a ``k`` already checked against the live passages."""
+    def search(self, questions: list[str], k: int, where: Filter | None = None) -> tuple[Any, np.ndarray]:
+        """``(scores (B, k), row ids (B, k))`` for a ``k`` already checked against the live passages (those
+        matching ``where``, if given: the exact top k among them)."""
 
-    def search_ids(self, questions: list[str], k: int) -> np.ndarray:
+    def search_ids(self, questions: list[str], k: int, where: Filter | None = None) -> np.ndarray:
         """Only the row ids of :meth:`search` (what rank fusion reads)."""
-        return np.asarray(self.search(questions, k)[1])
+        return np.asarray((self.search(questions, k) if where is None else self.search(questions, k, where=where))[1])
 
 
 class DenseRetriever(Retriever):
@@ -135,24 +146,25 @@ class DenseRetriever(Retriever):
         super().__init__(kb)
         self.encode = encode
 
-    def search(self, questions: list[str], k: int):
+    def search(self, questions: list[str], k: int, where: Filter | None = None):
         q = self.encode(questions)
+        extra = {} if where is None else {"where": where}
         if not hasattr(q, "detach"):  # numpy vectors: the index's own scores
-            return self.kb.search(np.asarray(q, dtype=np.float32), k)
+            return self.kb.search(np.asarray(q, dtype=np.float32), k, **extra)
         import torch
 
-        _, ids = self.kb.search(q.detach().float().cpu().numpy(), k)
+        _, ids = self.kb.search(q.detach().float().cpu().numpy(), k, **extra)
         doc_vectors = torch.from_numpy(np.ascontiguousarray(self.kb.embeddings[ids])).to(q)  # (B, K, d)
         return torch.einsum("bkd,bd->bk", doc_vectors, q), ids
 
-    def search_ids(self, questions: list[str], k: int) -> np.ndarray:
+    def search_ids(self, questions: list[str], k: int, where: Filter | None = None) -> np.ndarray:
         """The MIPS row ids alone: no graph through q(x) and no re-scoring from the stored vectors."""
         import torch
 
         with torch.no_grad():
             q = self.encode(questions)
         q = q.detach().float().cpu().numpy() if hasattr(q, "detach") else np.asarray(q, dtype=np.float32)
-        return np.asarray(self.kb.search(q, k)[1])
+        return np.asarray(self.kb.search(q, k, **({} if where is None else {"where": where}))[1])
 
 
 class BM25Retriever(Retriever):
@@ -170,12 +182,14 @@ class BM25Retriever(Retriever):
         super().use_knowledge_base(kb)
         self._index = None
 
-    def search(self, questions: list[str], k: int):
+    def search(self, questions: list[str], k: int, where: Filter | None = None):
         if self._index is None:
             from openbook.index.bm25 import knowledge_base_bm25
 
             self._index = knowledge_base_bm25(self.kb, progress=self.progress)
         index, exclude = self._index
+        if where is not None:  # score only the matching passages
+            return index.search(questions, k, rows=self.kb.matching_rows(where))
         return index.search(questions, k, exclude=exclude)
 
 
@@ -195,11 +209,15 @@ class HybridRetriever(Retriever):
         for retriever in self.retrievers:
             retriever.use_knowledge_base(kb)
 
-    def search(self, questions: list[str], k: int):
+    def search(self, questions: list[str], k: int, where: Filter | None = None):
         from openbook.index.hybrid import reciprocal_rank_fusion
 
-        fetch = min(max(k, self.depth), self.num_passages)
-        lists = [retriever.search_ids(questions, fetch) for retriever in self.retrievers]
+        if where is None:
+            fetch = min(max(k, self.depth), self.num_passages)
+            lists = [retriever.search_ids(questions, fetch) for retriever in self.retrievers]
+        else:  # fuse the filtered lists
+            fetch = min(max(k, self.depth), self.kb.count_matching(where))
+            lists = [retriever.search_ids(questions, fetch, where=where) for retriever in self.retrievers]
         return reciprocal_rank_fusion(lists, k)
 
 

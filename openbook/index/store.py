@@ -6,7 +6,8 @@
              id TEXT NOT NULL,          -- the passage id, unique among live (not deleted) rows
              title TEXT NOT NULL, text TEXT NOT NULL,
              added_version INTEGER NOT NULL,
-             deleted_version INTEGER)   -- NULL while the row is live
+             deleted_version INTEGER,   -- NULL while the row is live
+             meta TEXT)                 -- the passage's metadata as JSON, or NULL (store_meta)
 
 A row is *visible* at version ``v`` when ``added_version <= v`` and it is not deleted as of ``v``
 (``deleted_version IS NULL OR deleted_version > v``). Rows are only ever appended, in version order, so
@@ -38,6 +39,7 @@ from openbook.atomic import fsync_path
 from openbook.corpus import Passage
 from openbook.errors import InputError, KnowledgeBaseError
 from openbook.index.store_documents import DOCUMENTS_SCHEMA, Document, DocumentsMixin
+from openbook.index.store_meta import META_COLUMN, MetaMixin, decode_meta
 from openbook.presets import EMBEDDING_DTYPES
 
 # ---------------------------------------------------------------------------------------------------
@@ -50,7 +52,8 @@ CREATE TABLE IF NOT EXISTS passages (
     title TEXT NOT NULL,
     text TEXT NOT NULL,
     added_version INTEGER NOT NULL,
-    deleted_version INTEGER
+    deleted_version INTEGER,
+    meta TEXT
 );
 CREATE UNIQUE INDEX IF NOT EXISTS passages_live_id ON passages(id) WHERE deleted_version IS NULL;
 CREATE INDEX IF NOT EXISTS passages_deleted ON passages(deleted_version, id)
@@ -64,7 +67,7 @@ def _chunks(values: Sequence, size: int = _SQL_VARIABLES) -> Iterator[Sequence]:
         yield values[start:start + size]
 
 
-class PassageStore(DocumentsMixin):
+class PassageStore(DocumentsMixin, MetaMixin):
     """The passages of a knowledge base in SQLite, addressed by row (= vector id) or by passage id.
 
     Open with :meth:`open` (read-only unless ``writable``) or :meth:`create`. One connection is shared
@@ -76,6 +79,7 @@ class PassageStore(DocumentsMixin):
         self._db = connection
         self._writable = writable
         self._lock = threading.RLock()
+        self._meta = self._meta_column()  # "meta", or "NULL" in a store older than the column
 
     # -- opening ------------------------------------------------------------------------------------
 
@@ -113,7 +117,7 @@ class PassageStore(DocumentsMixin):
         except sqlite3.DatabaseError as exc:
             raise KnowledgeBaseError(f"{path} is not a readable passage store ({exc})") from None
         expected = ["row", "id", "title", "text", "added_version", "deleted_version"]
-        if columns != expected:
+        if columns not in (expected, [*expected, META_COLUMN]):
             db.close()
             raise KnowledgeBaseError(f"{path} is not a passage store (no passages table with {expected})")
         if writable:  # an older knowledge base gains the (empty) documents table at its first edit
@@ -155,6 +159,7 @@ class PassageStore(DocumentsMixin):
                 yield
             except BaseException:
                 self._db.execute("ROLLBACK")
+                self._meta = self._meta_column()  # a rolled-back edit may have added the column
                 raise
             self._db.execute("COMMIT")
 
@@ -173,10 +178,10 @@ class PassageStore(DocumentsMixin):
         unique = list(dict.fromkeys(rows))
         for part in _chunks(unique):
             marks = ",".join("?" * len(part))
-            for row, pid, title, text in self._query(
-                f"SELECT row, id, title, text FROM passages WHERE row IN ({marks})", part
+            for row, pid, title, text, meta in self._query(
+                f"SELECT row, id, title, text, {self._meta} FROM passages WHERE row IN ({marks})", part
             ):
-                found[row] = Passage(id=pid, title=title, text=text)
+                found[row] = Passage(id=pid, title=title, text=text, meta=decode_meta(meta))
         missing = [r for r in unique if r not in found]
         if missing:
             raise KnowledgeBaseError(f"passage store {self.path} has no row {missing[0]}; rebuild the knowledge base")
@@ -235,15 +240,15 @@ class PassageStore(DocumentsMixin):
             if limit <= 0:
                 return
             result = self._query(
-                "SELECT row, id, title, text, deleted_version FROM passages WHERE row >= ? ORDER BY row LIMIT ?",
-                (position, limit),
+                f"SELECT row, id, title, text, deleted_version, {self._meta} FROM passages WHERE row >= ? "
+                "ORDER BY row LIMIT ?", (position, limit),
             )
             if not result:
                 return
-            for row, pid, title, text, deleted in result:
+            for row, pid, title, text, deleted, meta in result:
                 if stop is not None and row >= stop:
                     return
-                yield row, Passage(id=pid, title=title, text=text), deleted
+                yield row, Passage(id=pid, title=title, text=text, meta=decode_meta(meta)), deleted
             position = result[-1][0] + 1
 
     # -- writing ------------------------------------------------------------------------------------
@@ -253,13 +258,11 @@ class PassageStore(DocumentsMixin):
         """Insert ``passages`` as rows ``start_row, start_row + 1, ...`` added in ``version``, with their
         ``(document, sha256)`` if given (:mod:`~openbook.index.store_documents`).
 
-        Call inside :meth:`transaction`. A passage id that is already live raises InputError.
+        Call inside :meth:`transaction`. A passage id that is already live raises InputError. The first
+        metadata stored in an older store adds its column (in the same transaction).
         """
         try:
-            self._db.executemany(
-                "INSERT INTO passages (row, id, title, text, added_version) VALUES (?, ?, ?, ?, ?)",
-                [(start_row + i, p.id, p.title, p.text, version) for i, p in enumerate(passages)],
-            )
+            self._insert_rows(start_row, passages, version)
         except sqlite3.IntegrityError as exc:
             raise InputError(f"duplicate passage id ({exc})") from None
         if documents is not None:

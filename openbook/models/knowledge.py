@@ -6,19 +6,28 @@ base with these and never imports a generator. :mod:`openbook.rag.assemble` uses
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 import os
 import re
 import shutil
 import sys
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from openbook.corpus import DEFAULT_MAX_WORDS, Passage, iter_source_passages, passages_from_record, read_passages
+from openbook.corpus import (
+    DEFAULT_MAX_WORDS,
+    Passage,
+    check_meta_fields,
+    iter_source_passages,
+    passages_from_record,
+    read_passages,
+    record_meta,
+)
 from openbook.data import demo_passages_path
 from openbook.errors import InputError
 from openbook.index import KnowledgeBase, KnowledgeBaseLike
@@ -64,6 +73,7 @@ def build_kb(
     index_type: str = "flat",
     replace: bool = False,
     progress: bool = True,
+    meta_fields: Sequence[str] = (),
 ) -> KnowledgeBase:
     """A knowledge base in one call, from a folder or corpus file or from texts; then ``RAG.load(kb=out)``.
 
@@ -71,14 +81,19 @@ def build_kb(
     file it does not read is named in a warning) or a list of texts or ``{"text", "title"?, "id"?}`` dicts (a
     text's id is ``text-<i>``, a dict's its ``id`` or ``record-<i>``). Every text is split into disjoint passages
     of at most ``max_words`` words that keep its title. ``encoder`` is an encoder or its name (the default
-    document encoder); ``replace`` lets the build replace a knowledge base already at ``out``.
+    document encoder); ``replace`` lets the build replace a knowledge base already at ``out``. ``meta_fields``
+    names the fields each passage keeps as metadata (as ``--meta-fields`` does): of the dicts, or of the
+    records and CSV columns read from ``source``; a value that is not text, a number or true/false is an
+    InputError naming the item.
     """
+    fields = check_meta_fields(meta_fields)
     if isinstance(source, (str, os.PathLike)):
         path = Path(source)
-        passages = functools.partial(iter_source_passages, [path], max_words)  # a fresh pass for a resumed build
+        passages = functools.partial(iter_source_passages, [path], max_words,  # a fresh pass for a resumed build
+                                     meta_fields=fields)
         info = {"sources": [str(path.resolve())], "max_words": max_words}
     else:
-        records = _records(source)
+        records = _records(source, fields)
         passages = functools.partial(_record_passages, records, max_words)
         info = {"sources": [f"{len(records)} record(s) from Python"], "max_words": max_words}
     if isinstance(encoder, str):
@@ -87,14 +102,19 @@ def build_kb(
                                 description=f"build from {info['sources'][0]}", source_info=info)
 
 
-def _records(source: Iterable[str | Mapping[str, Any]]) -> list[dict[str, Any]]:
-    """``source``'s items as records with ids; InputError naming the first item that is neither text nor a dict."""
+def _records(source: Iterable[str | Mapping[str, Any]], fields: Sequence[str]) -> list[tuple[dict[str, Any], dict]]:
+    """``source``'s items as records with ids, each with the metadata of its named ``fields``; InputError naming
+    the first item that is neither text nor a dict, or whose metadata cannot be kept."""
     records = []
     for i, item in enumerate(source):
         if isinstance(item, str):
-            records.append({"id": f"text-{i}", "title": "", "text": item})
+            records.append(({"id": f"text-{i}", "title": "", "text": item}, {}))
         elif isinstance(item, Mapping):
-            records.append({"id": f"record-{i}", **item})
+            try:
+                meta = record_meta(item, fields)
+            except InputError as exc:
+                raise InputError(f"item {i} of the texts: {exc}") from None
+            records.append(({"id": f"record-{i}", **item}, meta))
         else:
             raise InputError(f"item {i} of the texts is a {type(item).__name__}, not text or a {{text, title}} dict")
     if not records:
@@ -102,9 +122,10 @@ def _records(source: Iterable[str | Mapping[str, Any]]) -> list[dict[str, Any]]:
     return records
 
 
-def _record_passages(records: list[dict[str, Any]], max_words: int) -> Iterator[Passage]:
-    for record in records:
-        yield from passages_from_record(record, str(record["id"]), max_words)
+def _record_passages(records: list[tuple[dict[str, Any], dict]], max_words: int) -> Iterator[Passage]:
+    for record, meta in records:
+        for passage in passages_from_record(record, str(record["id"]), max_words):
+            yield dataclasses.replace(passage, meta=meta) if meta else passage
 
 
 def demo_kb_dir(encoder: Encoder) -> Path:

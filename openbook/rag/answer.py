@@ -29,6 +29,7 @@ class RetrievedPassage:
     score: float  # d(z)^T q(x)
     prob: float  # p_eta(z|x) over the top k
     posterior: float | None = None  # p(z|x,y) given the generated answer
+    meta: dict = field(default_factory=dict)  # the passage's metadata (Passage.meta; {} when it has none)
 
 
 @dataclass

@@ -22,6 +22,7 @@ from torch import nn
 
 from openbook.errors import InputError, check_k
 from openbook.index import KnowledgeBaseLike
+from openbook.index.filters import Filter, as_filter
 from openbook.index.retriever import RETRIEVERS, Retriever, make_retriever, retrieval_logprobs
 from openbook.models.encoders import Encoder, default_score_scale
 from openbook.models.generators import Generator, Memory
@@ -37,6 +38,8 @@ from openbook.rag.marginal import (
     sequence_doc_posterior,
     token_doc_posterior,
 )
+
+Where = Filter | dict | str | Sequence[str] | None  # a metadata filter, in any form as_filter takes
 
 
 @dataclass
@@ -139,13 +142,18 @@ class RAG(nn.Module):
     def _encode_questions(self, questions: list[str]) -> torch.Tensor:
         return self.query_encoder(questions)  # (B, d), with gradients when training
 
-    def retrieve(self, questions: Sequence[str], k: int | None = None) -> Retrieval:
+    def retrieve(self, questions: Sequence[str], k: int | None = None, where: Where = None) -> Retrieval:
         """Top-k passages from the retriever, with p(z|x) (differentiable w.r.t. the query encoder for dense).
 
         ``k`` (default: the model's) is checked here (:func:`openbook.errors.check_k`), where it enters, and
-        clamped to the knowledge base by the retriever."""
+        clamped to the knowledge base by the retriever. ``where`` keeps only the passages whose metadata
+        matches (:func:`openbook.index.filters.as_filter`: ``{"source": "a.md", "modified": {"gte":
+        "2026-01-01"}}`` or ``["source^=docs/"]``); the top k is then exact among them."""
         questions = check_questions(questions)
-        hits = self.retriever.retrieve(questions, self.k if k is None else check_k(k))
+        where = as_filter(where)
+        k = self.k if k is None else check_k(k)
+        hits = (self.retriever.retrieve(questions, k) if where is None
+                else self.retriever.retrieve(questions, k, where=where))
         scores = hits.scores
         if not isinstance(scores, torch.Tensor):
             scores = torch.from_numpy(np.ascontiguousarray(scores, dtype=np.float32))
@@ -188,6 +196,7 @@ class RAG(nn.Module):
         n_best: int = 1,
         early_stopping: bool | str = False,
         on_step=None,
+        where: Where = None,
     ) -> list[Answer]:
         """Answer each question with provenance: passages, p(z|x), p(z|x,y) and (RAG-Token) per-token
         document posteriors. The defaults are :data:`~openbook.presets.INTERACTIVE`'s, as ``openbook ask``'s
@@ -197,10 +206,11 @@ class RAG(nn.Module):
         is greedy search; ``n_best > 1`` also returns the next-best hypotheses as ``alternatives``;
         ``length_penalty``, ``min_new_tokens`` and ``early_stopping`` mean what they mean in transformers.
         ``on_step(position, tokens (B,))`` sees each token as it is chosen, for RAG-Token greedy search only
-        (streaming; RAG-Sequence and beam search know their answers only at the end)."""
+        (streaming; RAG-Sequence and beam search know their answers only at the end). ``where`` is a metadata
+        filter, as for :meth:`retrieve`."""
         check_decoding_options(decoding, num_beams, max_new_tokens, min_new_tokens, length_penalty, n_best)
         questions = check_questions(questions)
-        retrieval = self.retrieve(questions, k)
+        retrieval = self.retrieve(questions, k, where)
         cfg = beam_config_for(self.generator, num_beams=num_beams, max_length=max_new_tokens + 1,
                               min_length=min_new_tokens + 1 if min_new_tokens else 0,
                               length_penalty=length_penalty, num_return_sequences=n_best,
@@ -301,7 +311,8 @@ class RAG(nn.Module):
             n = int(mask[b].sum())
             passages = [
                 RetrievedPassage(p.id, p.title, p.text, float(retrieval.scores[b, j]),
-                                 float(retrieval.doc_logprobs[b, j].exp()), float(seq_post[b, j]))
+                                 float(retrieval.doc_logprobs[b, j].exp()), float(seq_post[b, j]),
+                                 dict(getattr(p, "meta", None) or {}))
                 for j, p in enumerate(retrieval.passages[b])
             ]
             row = [t for t in tokens[b, :n].tolist()]

@@ -49,7 +49,7 @@ def as_api_error(error: BaseException) -> ApiError:
         return error
     if isinstance(error, OpenbookError):
         status = getattr(error, "status", 422)
-        return ApiError(status, str(error))
+        return ApiError(status, str(error), getattr(error, "field", None))
     log.error("unexpected error", exc_info=error)
     return ApiError(500, "internal server error")
 

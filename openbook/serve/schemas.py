@@ -77,6 +77,14 @@ def _check_questions(value: Questions) -> Questions:
     return value
 
 
+#: the JSON form of openbook.index.filters, parsed (and refused with a 422 naming e.g. filter.modified.gte) by the routes
+FILTER_DESCRIPTION = (
+    "keep only the passages whose metadata matches, all conditions ANDed: FIELD: VALUE (equal) or FIELD: "
+    "{OPERATOR: VALUE} with operators eq, prefix (text starting with it), gte and lte (at least / at most: numbers "
+    "as numbers, ISO dates as text); e.g. {\"source\": {\"prefix\": \"handbook/\"}, \"modified\": {\"gte\": "
+    "\"2026-01-01\"}}. The top k is exact among the matching passages (null: no filter)")
+
+
 class AskRequest(Strict):
     question: Questions = Field(description=f"one question, or a list of at most {MAX_QUESTIONS}")
     k: int | None = Field(None, json_schema_extra=K_BOUNDS, description="passages retrieved per question (null: "
@@ -89,6 +97,7 @@ class AskRequest(Strict):
     max_new_tokens: int = Field(INTERACTIVE.max_new_tokens, ge=1, le=MAX_NEW_TOKENS,
                                 description="longest answer, in generator tokens")
     retriever: RetrieverName = Field("dense", description="dense (MIPS), bm25 or hybrid")
+    filter: dict[str, Any] | None = Field(None, description=FILTER_DESCRIPTION)
     stream: bool = Field(False, description="server-sent events: `token` per generated token (RAG-Token, "
                          "greedy), then `done` with the response object (or `error`)")
 
@@ -100,6 +109,7 @@ class RetrieveRequest(Strict):
     question: Questions = Field(description=f"one question, or a list of at most {MAX_QUESTIONS}")
     k: int | None = Field(None, json_schema_extra=K_BOUNDS, description="passages per question (null: the server's k)")
     retriever: RetrieverName = "dense"
+    filter: dict[str, Any] | None = Field(None, description=FILTER_DESCRIPTION)
 
     _questions = field_validator("question")(_check_questions)
     _k = field_validator("k")(_check_k)
@@ -112,6 +122,9 @@ class PassageOut(BaseModel):
     score: float = Field(description="the retriever's score (d(z)^T q(x) for dense)")
     prob: float = Field(description="p(z|x) over the top k")
     posterior: float | None = Field(None, description="p(z|x,y) given the answer")
+    meta: dict[str, str | bool | int | float] = Field(
+        default_factory=dict, description="the passage's metadata (source, type, page, section, modified and the "
+        "fields kept from the input); {} when it has none")
 
 
 class AnswerOut(BaseModel):

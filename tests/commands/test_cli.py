@@ -193,7 +193,7 @@ def test_json_is_one_object_with_the_documented_schema(stub, capsys):
     assert record["model"] == "rag-sequence"
     assert len(record["passages"]) == 3
     for rank, passage in enumerate(record["passages"]):
-        assert set(passage) == {"id", "title", "text", "score", "prob"}
+        assert set(passage) == {"id", "title", "text", "score", "prob", "meta"}
         assert passage["id"] == f"doc-{rank}"
         assert passage["title"] == f"Title {rank}"
         assert isinstance(passage["score"], float) and isinstance(passage["prob"], float)
@@ -211,7 +211,7 @@ def test_json_converts_numpy_values(stub, capsys, monkeypatch):
     monkeypatch.setattr(StubRAG, "ask", ask_numpy)
     code, out, err = run(capsys, "ask", "q?", "--json")
     assert code == 0, err
-    assert json.loads(out)["passages"] == [{"id": 7, "title": "T", "text": "x", "score": 1.5, "prob": 1.0}]
+    assert json.loads(out)["passages"] == [{"id": 7, "title": "T", "text": "x", "score": 1.5, "prob": 1.0, "meta": {}}]
 
 
 # -- --file --------------------------------------------------------------------------------------------

@@ -36,10 +36,10 @@ def test_html_keeps_the_main_content_and_drops_navigation_scripts_styles_and_foo
     passages, report = read(page)
     text = words(passages)
     assert "twenty five days of paid vacation" in text and "expire at the end of March" in text
-    assert "Carry over" in text  # headings stay, as lines of their own
     for dropped in ("navigation link", "script text", "color", "footer text"):
         assert dropped not in text
-    assert passages[0].title == "Vacation policy" and report.read == {"html": 1}
+    assert [p.title for p in passages] == ["Vacation policy", "Vacation policy > Carry over"]  # headings: sections
+    assert report.read == {"html": 1}
 
 
 def test_pdf_pages_keep_their_numbers(docs, tmp_path):
@@ -55,8 +55,8 @@ def test_pdf_pages_keep_their_numbers(docs, tmp_path):
 
 def test_docx_paragraphs_headings_and_tables(docs, tmp_path):
     passages, report = read(docs.make_docx(tmp_path / "leave.docx"))
-    assert [p.title for p in passages] == ["Leave policy"]
-    assert passages[0].text == ("Vacation Employees get twenty five days of paid vacation each year. "
+    assert [p.title for p in passages] == ["Leave policy > Vacation"]  # a Heading 1 starts a section
+    assert passages[0].text == ("Employees get twenty five days of paid vacation each year. "
                                 "Kind | Days Sick leave | ten Ask your manager first.")  # in document order
     assert report.read == {"docx": 1}
 
@@ -64,12 +64,13 @@ def test_docx_paragraphs_headings_and_tables(docs, tmp_path):
 def test_markdown_is_rendered_to_text(docs, tmp_path):
     note = tmp_path / "expenses.md"
     note.write_text(docs.MARKDOWN_NOTE, encoding="utf-8")
-    (passage,), _ = read(note)
-    assert passage.title == "Expenses"
-    assert passage.text == ('Claim travel costs within thirty days. Rates Item: Hotel; Rate: 120 Item: Meal; Rate: 30 '
-                            'print("fenced code")')
+    passages, _ = read(note)
+    assert [(p.title, p.text) for p in passages] == [
+        ("Expenses", "Claim travel costs within thirty days."),
+        ("Expenses > Rates", 'Item: Hotel; Rate: 120 Item: Meal; Rate: 30 print("fenced code")'),
+    ]
     for markup in ("#", "```", "|", "---", "*", "]("):
-        assert markup not in passage.text
+        assert markup not in " ".join(p.text for p in passages)
 
 
 def test_csv_rows_are_records_with_named_columns(tmp_path):

@@ -88,7 +88,7 @@ def test_a_folder_build_reads_every_type_and_names_every_file_it_did_not_read(ca
     assert "hidden files ignored: 1" in stdout
     kb = KnowledgeBase.load(out)
     titles = {passage.title for passage in kb}
-    assert {"Vacation policy", "guide > page 1", "guide > page 2", "Leave policy", "staff", "Expenses", "cafe",
+    assert {"Vacation policy", "guide > page 1", "guide > page 2", "Leave policy > Vacation", "staff", "Expenses", "cafe",
             "Moon", "Pacific"} <= titles
 
 

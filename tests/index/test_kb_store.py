@@ -4,6 +4,7 @@ and manifest validation. Everything runs on tiny corpora made here and a hashed 
 
 from __future__ import annotations
 
+import dataclasses
 import gzip
 import json
 import shutil
@@ -141,7 +142,9 @@ def write_lines(path: Path, lines: list[str]) -> Path:
 
 
 def read_all(sources, **kwargs) -> list[SourcePassage]:
-    return list(iter_source_passages([str(s) for s in sources], **kwargs))
+    """The passages of ``sources`` without their metadata (tests/corpus/test_source_meta.py checks it)."""
+    items = iter_source_passages([str(s) for s in sources], **kwargs)
+    return [dataclasses.replace(i, passage=dataclasses.replace(i.passage, meta=None)) for i in items]
 
 
 def test_jsonl_sources_give_file_named_ids_to_records_without_one(tmp_path):

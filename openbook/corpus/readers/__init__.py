@@ -24,7 +24,11 @@ from any mix of sources (see :func:`source_kind`):
 * documents read whole: plain text (``.txt``, any common encoding), Markdown (``.md``, ``.markdown``,
   rendered to text), HTML (main content only), PDF (page by page) and DOCX -- the last three need the
   ``openbook[docs]`` extra. The title is the document's own (first Markdown heading, HTML title, PDF or
-  DOCX metadata) or else the file name without its suffix;
+  DOCX metadata) or else the file name without its suffix. Markdown, HTML and DOCX are split at their
+  headings and PDF at its pages: no passage spans two, and each is titled ``"Document > Section"``;
+* WikiExtractor output (``wiki_00``, plain, ``.gz`` or ``.bz2``, recognised by its content): each
+  article a document ``wiki:<page id>`` with its title, page id and url
+  (:mod:`~openbook.corpus.readers.wikiextractor`);
 * folders of any of these, searched recursively (hidden files skipped, in sorted path order); a file
   not read is named with its reason in a :class:`SourceReport`.
 
@@ -41,14 +45,15 @@ files, line by line), :mod:`~openbook.corpus.readers.records` (record forms, pas
 :mod:`~openbook.corpus.readers.text` (text and Markdown, via :mod:`~openbook.corpus.readers.decode` and
 :mod:`~openbook.corpus.readers.markdown`), :mod:`~openbook.corpus.readers.html`,
 :mod:`~openbook.corpus.readers.pdf`, :mod:`~openbook.corpus.readers.docx` (each returning a
-:mod:`~openbook.corpus.readers.document`), :mod:`~openbook.corpus.readers.report` (files read and not
-read) and :mod:`~openbook.corpus.readers.sources` (a corpus of several sources and folders).
+:mod:`~openbook.corpus.readers.document`, split into pages or sections), :mod:`~openbook.corpus.readers.meta`
+(each passage's metadata), :mod:`~openbook.corpus.readers.report` (files read and not read) and :mod:`~openbook.corpus.readers.sources` (a corpus of several sources and folders).
 """
 
 # The task readers (openbook.eval.tasks) open their files with these two.
 from openbook.corpus.readers.files import _numbered_lines as _numbered_lines
 from openbook.corpus.readers.files import _open_binary as _open_binary
 from openbook.corpus.readers.jsonl import JSONL_SUFFIXES, read_numbered_records, read_passages, read_records
+from openbook.corpus.readers.meta import MAX_META_CHARS, RESERVED_META, check_meta_fields, record_meta
 from openbook.corpus.readers.parquet import PARQUET_SUFFIXES
 from openbook.corpus.readers.records import (
     CHUNK_SEPARATOR,
@@ -69,8 +74,10 @@ __all__ = [
     "FILE_TYPES",
     "MARKDOWN_SUFFIXES",
     "JSONL_SUFFIXES",
+    "MAX_META_CHARS",
     "ON_ERROR_CHOICES",
     "PARQUET_SUFFIXES",
+    "RESERVED_META",
     "TEXT_SUFFIXES",
     "TSV_SUFFIXES",
     "MalformedRecord",
@@ -78,6 +85,7 @@ __all__ = [
     "SkippedFile",
     "SourceReport",
     "SourcePassage",
+    "check_meta_fields",
     "check_sources",
     "content_line",
     "file_type",
@@ -86,6 +94,7 @@ __all__ = [
     "read_numbered_records",
     "read_passages",
     "read_records",
+    "record_meta",
     "record_title_text",
     "source_kind",
 ]

@@ -4,6 +4,7 @@ A header row naming the columns is required (names non-empty, distinct and not n
 (``,``, ``;``, tab or ``|``) is sniffed, the encoding detected as for text files. ``text_columns`` picks
 the columns that make up the text (default: all but ``id`` and ``title``); a ``title`` column becomes the
 passage title (default: the file name), an ``id`` column the base id (default ``"<base>:<row>"``, 0-based).
+``meta_fields`` names the columns kept as metadata too (their text; see :mod:`~openbook.corpus.readers.meta`).
 A malformed row is named ``path:line``.
 """
 
@@ -21,7 +22,8 @@ _MAX_HEADER_WORDS = 8
 
 
 def csv_passages(
-    path: Path, base_id: str, max_words: int, errors: RecordErrors, text_columns: Sequence[str] | None = None
+    path: Path, base_id: str, max_words: int, errors: RecordErrors, text_columns: Sequence[str] | None = None,
+    meta_fields: Sequence[str] = (),
 ) -> Iterator[SourcePassage]:
     """The passages of a CSV file's rows; :class:`FileProblem` if it has no usable header."""
     csv.field_size_limit(2**31 - 1)
@@ -49,10 +51,10 @@ def csv_passages(
         picked = _text_columns(columns, text_columns)
         title_at = columns.index("title") if "title" in columns and "title" not in picked else None
         id_at = columns.index("id") if "id" in columns and "id" not in picked else None
-        yield from _rows(path, rows, columns, picked, title_at, id_at, base_id, max_words, errors)
+        yield from _rows(path, rows, columns, picked, title_at, id_at, base_id, max_words, errors, meta_fields)
 
 
-def _rows(path, rows, columns, picked, title_at, id_at, base_id, max_words, errors) -> Iterator[SourcePassage]:
+def _rows(path, rows, columns, picked, title_at, id_at, base_id, max_words, errors, fields) -> Iterator[SourcePassage]:
     record_no = 0
     while True:
         try:
@@ -75,7 +77,8 @@ def _rows(path, rows, columns, picked, title_at, id_at, base_id, max_words, erro
         record = {"title": row[title_at].strip() if title_at is not None else path.stem, "text": text}
         if id_at is not None:
             record["id"] = row[id_at].strip()
-        yield from _record_passages(record, f"{base_id}:{record_no}", where, max_words, errors)
+        yield from _record_passages(record, f"{base_id}:{record_no}", where, max_words, errors, fields=fields,
+                                    values=dict(zip(columns, row)) if fields else None)
         record_no += 1
 
 

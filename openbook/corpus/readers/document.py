@@ -1,11 +1,13 @@
 """Documents read whole (text, Markdown, HTML, PDF, DOCX): what a reader returns, and why it may not.
 
-A reader turns one file into a :class:`Document`: a title and its parts, each a page (PDF) or the whole
-text. A file it cannot read raises :class:`FileProblem` with a reason (``"unsupported type"``,
+A reader turns one file into a :class:`Document`: a title and its parts, each a page (PDF), a section
+(Markdown, HTML and DOCX, split at their headings by :func:`sectioned`) or the whole text (plain text).
+A file it cannot read raises :class:`FileProblem` with a reason (``"unsupported type"``,
 ``"unreadable"``, ``"empty"``, ``"encrypted"``, ``"too large"``, ``"corrupt"``, ``"binary"``,
 ``"no header"``, ``"missing library"``) and a one-line detail; a folder build names the file and goes on.
 """
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -29,10 +31,52 @@ class FileProblem(Exception):
 
 @dataclass(frozen=True)
 class Part:
-    """Some text of a document, with the page it is on (1-based; ``None`` when the format has no pages)."""
+    """Some text of a document, with the page it is on (1-based; ``None`` when the format has no pages) or
+    the section it is in (its heading path, ``"Setup > Install"``; ``None`` before the first heading)."""
 
     text: str
     page: int | None = None
+    section: str | None = None
+
+
+@dataclass(frozen=True)
+class Heading:
+    """A heading met while reading a document: its level (1 for the top; 0 for a DOCX Title) and text."""
+
+    level: int
+    text: str
+
+
+def sectioned(title: str, blocks: Iterable[str | Heading]) -> list[Part]:
+    """The parts of a document split at its headings: blocks of text (joined by blank lines) up to the first
+    heading, then one part per heading, however little text it has (so that section numbers are stable).
+
+    A section's title is its heading path: the heading with the enclosing headings of lower levels before
+    it (``"Setup > Install"`` for a level-3 "Install" under a level-2 "Setup"), so that a passage keeps the
+    context its heading alone would lose. The first heading whose text is the document's title (a
+    Markdown file's first heading, an HTML page's main heading) names the whole document instead: it is
+    no section, and the text under it belongs to the document title alone, as the text before it does.
+    Headings without text are ignored.
+    """
+    parts: list[tuple[str | None, list[str]]] = [(None, [])]
+    path: list[Heading] = []
+    title_seen = False
+    for block in blocks:
+        if not isinstance(block, Heading):
+            if block.strip():
+                parts[-1][1].append(block.strip())
+            continue
+        text = " ".join(block.text.split())
+        if not text:
+            continue
+        if text == title and not title_seen and len(parts) == 1:
+            title_seen = True
+            continue
+        while path and path[-1].level >= block.level:
+            path.pop()
+        path.append(Heading(block.level, text))
+        parts.append((" > ".join(h.text for h in path), []))
+    return [Part("\n\n".join(texts), section=section) for section, texts in parts]
 
 
 @dataclass

@@ -2,15 +2,18 @@
 
 A DOCX is a zip: the sizes its entries declare are summed before anything is decompressed, and a file
 declaring more than ``MAX_DOCX_UNZIPPED_BYTES`` is refused (Python's zipfile never reads past a declared
-size, so a zip bomb cannot get further). Headings stay as lines of their own; a table row becomes its
-cells joined by ``" | "``. The title is the document's own (core properties), else the file name.
+size, so a zip bomb cannot get further). Paragraphs styled "Heading 1" to "Heading 9" split the document
+into sections (:func:`~openbook.corpus.readers.document.sectioned`); a table row becomes its cells joined
+by ``" | "``. The title is the document's own (core properties), else its first "Title" paragraph, else
+the file name.
 """
 
 import io
+import re
 import zipfile
 from pathlib import Path
 
-from openbook.corpus.readers.document import Document, FileProblem, Part, need, read_bytes
+from openbook.corpus.readers.document import Document, FileProblem, Heading, need, read_bytes, sectioned
 
 DOCX_SUFFIXES = (".docx",)
 MAX_DOCX_UNZIPPED_BYTES = 256 << 20
@@ -35,16 +38,25 @@ def read_docx(path: Path) -> Document:
         raise FileProblem("too large", f"too large once decompressed ({declared} bytes declared; the limit is {limit})")
     try:
         doc = docx.Document(io.BytesIO(data))
-        lines = []
+        blocks: list[str | Heading] = []
         for block in doc.iter_inner_content():  # paragraphs and tables in document order
             if hasattr(block, "rows"):
-                lines.extend(" | ".join(c.text.strip() for c in row.cells if c.text.strip()) for row in block.rows)
+                blocks.extend(" | ".join(c.text.strip() for c in row.cells if c.text.strip()) for row in block.rows)
             else:
-                lines.append(block.text.strip())
-        title = doc.core_properties.title
+                blocks.append(_heading(block) or block.text.strip())
+        title = (doc.core_properties.title or "").strip()
     except Exception as exc:  # python-docx raises KeyError, ValueError, lxml errors ... on broken files
         raise FileProblem("corrupt", f"corrupt DOCX ({type(exc).__name__}: {exc})") from None
-    text = "\n\n".join(line for line in lines if line)
-    if not text:
+    if not any(block.strip() for block in blocks if isinstance(block, str)):
         raise FileProblem("empty", "no text in the document")
-    return Document((title or "").strip() or path.stem, [Part(text)])
+    title = title or next((b.text for b in blocks if isinstance(b, Heading) and b.level == 0 and b.text), path.stem)
+    return Document(title, sectioned(title, blocks))
+
+
+def _heading(paragraph) -> Heading | None:
+    """The heading a paragraph is, by its style: "Heading <n>" (level n) or "Title" (level 0)."""
+    name = (paragraph.style.name if paragraph.style is not None else None) or ""
+    match = re.fullmatch(r"heading ([1-9])|(title)", name.strip().lower())
+    if match is None or not paragraph.text.strip():
+        return None
+    return Heading(int(match.group(1) or 0), " ".join(paragraph.text.split()))

@@ -7,7 +7,7 @@ record number in the file (blank lines are not counted). As a corpus source (``.
 
 import json
 import os
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -89,7 +89,7 @@ def read_passages(
         yield from passages
 
 
-def _jsonl_source(path: Path, max_words: int, errors: RecordErrors) -> Iterator[SourcePassage]:
+def _jsonl_source(path: Path, max_words: int, errors: RecordErrors, fields: Sequence[str] = ()) -> Iterator[SourcePassage]:
     record_no = 0
     try:
         for lineno, record, problem in _jsonl_items(path):
@@ -97,7 +97,7 @@ def _jsonl_source(path: Path, max_words: int, errors: RecordErrors) -> Iterator[
             if problem is not None:
                 errors(where, problem)
                 continue
-            yield from _record_passages(record, f"{path.name}:{record_no}", where, max_words, errors)
+            yield from _record_passages(record, f"{path.name}:{record_no}", where, max_words, errors, fields=fields)
             record_no += 1
     except InputError as exc:  # unreadable or corrupt file: the rest of it is lost
         _file_error(exc, errors)

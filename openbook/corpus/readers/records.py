@@ -13,13 +13,15 @@ A record that fits in one passage gets its base id; a longer one is split into c
 raises (``on_error="stop"``) or counts and reports them (``"skip"``); each is named ``path:line``.
 """
 
-from collections.abc import Callable, Iterator
+import dataclasses
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from openbook.corpus.chunking import DEFAULT_MAX_WORDS, chunk_article, split_words
-from openbook.corpus.passages import Passage
+from openbook.corpus.passages import MetaValue, Passage
 from openbook.corpus.readers.document import FileProblem
+from openbook.corpus.readers.meta import record_meta
 from openbook.errors import InputError
 from openbook.presets import ON_ERROR
 
@@ -136,20 +138,25 @@ class SourcePassage:
 
 
 def _record_passages(
-    record: dict[str, Any], default_id: str, where: str, max_words: int, errors: RecordErrors
+    record: dict[str, Any], default_id: str, where: str, max_words: int, errors: RecordErrors,
+    meta: dict[str, MetaValue] | None = None, fields: Sequence[str] = (), values: Mapping[str, Any] | None = None,
 ) -> Iterator[SourcePassage]:
-    """Passages of one record, or a report to ``errors`` if it is malformed."""
+    """Passages of one record, or a report to ``errors`` if it is malformed. Each passage's ``meta`` is
+    ``meta`` (a document part's page or section) with the named ``fields`` of ``values`` (CSV and TSV
+    columns, matched ignoring case) or else of the record (JSON Lines, Parquet)."""
     record_id = record.get("id")
     base_id = default_id if record_id is None or str(record_id) == "" else str(record_id)
     try:
         passages = passages_from_record(record, base_id, max_words)
+        if fields:
+            meta = {**(meta or {}), **record_meta(record if values is None else values, fields, values is not None)}
     except InputError as exc:
         errors(where, str(exc))
         return
     document = record.get("document")  # an explicit document id (JSON Lines), else the file's
     document = document if isinstance(document, str) and document else None
     for passage in passages:
-        yield SourcePassage(where, passage, document)
+        yield SourcePassage(where, dataclasses.replace(passage, meta=meta) if meta else passage, document)
 
 
 def _file_error(exc: InputError, errors: RecordErrors) -> None:

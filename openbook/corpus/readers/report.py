@@ -19,7 +19,8 @@ class SkippedFile:
 
 
 class SourceReport:
-    """Files read per type, files not read (each named with its reason), and non-UTF-8 encodings used.
+    """Files read per type, files not read (each named with its reason), non-UTF-8 encodings used, and
+    records with no text that were skipped (``empty_records``: WikiExtractor's redirect stubs, say).
 
     ``report`` is called with a one-line message for each file not read, as it happens (e.g. to warn).
     """
@@ -34,6 +35,7 @@ class SourceReport:
         self.skipped: list[SkippedFile] = []
         self.encodings: dict[str, str] = {}
         self.hidden = 0
+        self.empty_records = 0
 
     def add_read(self, file_type: str) -> None:
         self.read[file_type] += 1
@@ -43,6 +45,12 @@ class SourceReport:
         self.skipped.append(skipped)
         if self.report is not None:
             self.report(f"not read {skipped}")
+
+    @property
+    def incomplete(self) -> bool:
+        """True if a file that openbook reads was not read (unreadable, corrupt, too large, ...): the read may
+        have missed documents it holds, so a sync must not take their absence for a deletion."""
+        return any(s.reason not in ("unsupported type", "empty") for s in self.skipped)
 
     def encoding(self, path, encoding: str) -> None:
         self.encodings[str(path)] = encoding
@@ -54,6 +62,7 @@ class SourceReport:
             "files_not_read": [asdict(s) for s in self.skipped],
             "encodings": self.encodings,
             "hidden_files_ignored": self.hidden,
+            "empty_records_skipped": self.empty_records,
         }
 
     def lines(self) -> list[str]:
@@ -67,4 +76,6 @@ class SourceReport:
             lines.extend(f"  {s}" for s in self.skipped)
         if self.hidden:
             lines.append(f"hidden files ignored: {self.hidden}")
+        if self.empty_records:
+            lines.append(f"records with no text skipped: {self.empty_records}")
         return lines

@@ -2,7 +2,7 @@
 row naming the columns (``title`` optional), CSV quoting as DPR writes it."""
 
 import csv
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 from openbook.corpus.readers.files import _numbered_lines
@@ -12,13 +12,14 @@ from openbook.errors import InputError
 TSV_SUFFIXES = (".tsv",)
 
 
-def _tsv_source(path: Path, max_words: int, errors: RecordErrors) -> Iterator[SourcePassage]:
+def _tsv_source(path: Path, max_words: int, errors: RecordErrors, fields: Sequence[str] = ()) -> Iterator[SourcePassage]:
     """The DPR ``psgs_w100.tsv`` format: a header row, then ``id<TAB>text<TAB>title`` rows, one per line.
 
     Each line is parsed as DPR parses it (``csv.reader`` with a tab delimiter and the default quoting:
     ``"a ""quoted"" text"`` is ``a "quoted" text``, a quote inside an unquoted field is kept). A quoted
     field must end on its own line: an unbalanced ``"`` is a malformed row (``path:line``) instead of
-    swallowing the rows after it.
+    swallowing the rows after it. ``fields`` names the columns kept as metadata too (see
+    :mod:`~openbook.corpus.readers.meta`).
     """
     csv.field_size_limit(2**31 - 1)
     columns = None
@@ -41,7 +42,8 @@ def _tsv_source(path: Path, max_words: int, errors: RecordErrors) -> Iterator[So
                 errors(where, f"expected {len(columns)} tab-separated fields ({', '.join(columns)}), got {len(row)}")
                 continue
             record = dict(zip(columns, row))
-            yield from _record_passages(record, f"{path.name}:{lineno}", where, max_words, errors)
+            yield from _record_passages(record, f"{path.name}:{lineno}", where, max_words, errors, fields=fields,
+                                        values=record)
     except InputError as exc:
         _file_error(exc, errors)
 

@@ -229,13 +229,15 @@ class BM25Index:
             return np.zeros(len(self), dtype=np.float32)
         return np.asarray(self._bm25.get_scores(terms), dtype=np.float32)
 
-    def search(self, queries: Sequence[str], k: int, exclude=None) -> tuple[np.ndarray, np.ndarray]:
+    def search(self, queries: Sequence[str], k: int, exclude=None, rows: np.ndarray | None = None
+               ) -> tuple[np.ndarray, np.ndarray]:
         """Top-``k`` passages per query: ``(scores float32 (m, k), ids int64 (m, k))``, best first.
 
         ``k`` larger than the index is reduced to its size (as for the dense indexes). ``exclude``: row
         ids never to return (e.g. deleted passages); if fewer than ``k`` passages remain, the missing
         entries have id ``-1`` and score ``-inf``, as for the dense indexes. The scores are raw BM25 scores, usable as retrieval
-        logits (p(z|x) = softmax over the k scores, the paper's BM25 ablation).
+        logits (p(z|x) = softmax over the k scores, the paper's BM25 ablation). ``rows`` (sorted row ids):
+        the exact top k among these passages only (a metadata filter's matches; ``exclude`` is then ignored).
         """
         if isinstance(queries, str):
             raise InputError("queries must be a list of strings, not a single string")
@@ -243,12 +245,16 @@ class BM25Index:
         for i, query in enumerate(queries, 1):
             if not isinstance(query, str):
                 raise InputError(f"query {i} is not text but {type(query).__name__}")
-        k = min(positive_int(k, "k"), len(self))
+        k = min(positive_int(k, "k"), len(self) if rows is None else max(len(rows), 1))
         mask = _exclusion_mask(exclude, len(self))
         out_scores = np.empty((len(queries), k), dtype=np.float32)
         out_ids = np.empty((len(queries), k), dtype=np.int64)
         for row, query in enumerate(queries):
             scores = self.scores(query)
+            if rows is not None:
+                out_scores[row], chosen = top_k(scores[rows], k)
+                out_ids[row] = np.where(chosen >= 0, rows[np.maximum(chosen, 0)], -1)
+                continue
             if mask is not None:
                 scores = scores.copy()
                 scores[mask] = -np.inf

@@ -16,6 +16,7 @@ from openbook.corpus import Passage
 from openbook.corpus.readers import RecordErrors
 from openbook.errors import InputError, KnowledgeBaseError, positive_int
 from openbook.index.dense import DenseIndex, index_class
+from openbook.index.filters import Filter, exact_search, no_match
 from openbook.index.kb.build import build_and_publish
 from openbook.index.kb.counts import check_counts
 from openbook.index.kb.documents import delete_document, sync_documents
@@ -61,6 +62,7 @@ class KnowledgeBase:
         self._excluded = np.concatenate([deleted, later]) if later.size else deleted
         self._visible_rows = visible_rows
         self._count = visible_rows - len(deleted)
+        self._matches: dict[Filter, np.ndarray] = {}  # the rows of the last filters asked for, at this version
 
     # -- construction -------------------------------------------------------------------------------
 
@@ -336,13 +338,37 @@ class KnowledgeBase:
             )
         return self._store.get(rows.tolist())
 
-    def search(self, query_vectors, k: int) -> tuple[np.ndarray, np.ndarray]:
+    def matching_rows(self, where: Filter) -> np.ndarray:
+        """The sorted rows visible at this version whose metadata matches ``where``."""
+        rows = self._matches.get(where)
+        if rows is None:
+            rows = self._store.filter_rows(where, self._version, self._visible_rows)
+            if len(self._matches) >= 4:  # a few filters' rows (a retrieval reads them twice: count, search)
+                self._matches.clear()
+            self._matches[where] = rows
+        return rows
+
+    def count_matching(self, where: Filter) -> int:
+        """How many passages visible at this version match ``where``."""
+        return len(self.matching_rows(where))
+
+    def search(self, query_vectors, k: int, where: Filter | None = None) -> tuple[np.ndarray, np.ndarray]:
         """Top-``k`` maximum-inner-product search at this version: ``(scores float32 (m, k), rows int64 (m, k))``.
 
         Rows deleted as of this version or added after it are never returned. ``k`` greater than the
-        number of passages is clamped to it with a warning.
+        number of passages is clamped to it with a warning. With ``where``, the exact top k among the
+        passages whose metadata matches it, from their stored vectors whatever the index
+        (:mod:`openbook.index.filters`).
         """
         k = positive_int(k, "k")
+        if where is not None:
+            rows = self.matching_rows(where)
+            if not len(rows):
+                raise no_match(where, self._path)
+            if k > len(rows):
+                warnings.warn(f"asked for k={k} passages but only {len(rows)} match the filter; retrieving "
+                              f"{len(rows)}", stacklevel=2)
+            return exact_search(self._embeddings, rows, query_vectors, min(k, len(rows)))
         if len(self) == 0:
             raise KnowledgeBaseError(f"knowledge base {self._path} has no passages at version {self._version}")
         if k > len(self):

@@ -14,6 +14,7 @@ from openbook.errors import InputError
 from openbook.index.dense import as_float32_matrix
 from openbook.index.kb.layout import EncodePassages
 from openbook.index.store import EmbeddingsWriter, PassageStore
+from openbook.index.store_meta import meta_problem
 
 
 def _source_items(passages: Iterable) -> Iterator[SourcePassage]:
@@ -67,6 +68,9 @@ class _Appender:
         for item in items:
             pid = item.passage.id
             problem = self.duplicate(pid)
+            if problem is None and item.passage.meta is not None:
+                problem = meta_problem(item.passage.meta)
+                problem = problem and f"passage {pid!r}: {problem}"
             if problem is not None:
                 self.errors(item.where, problem)
                 continue

@@ -56,7 +56,7 @@ def delete_document(path, document: str, description: str | None = None) -> int:
 
 def sync_documents(path, passages: Iterable, encode_passages: EncodePassages, batch_size: int = 256,
                    progress: bool = False, on_error: str | RecordErrors = "stop", description: str | None = None,
-                   source_label: str | None = None, root=None) -> dict[str, Any]:
+                   source_label: str | None = None, root=None, source_report=None) -> dict[str, Any]:
     """Make the documents of the knowledge base at ``path`` those of ``passages`` (SourcePassages with
     their document, e.g. :func:`~openbook.corpus.iter_source_passages` of a folder), as one new version.
 
@@ -64,6 +64,9 @@ def sync_documents(path, passages: Iterable, encode_passages: EncodePassages, ba
     "passages_deleted"}`` (document ids; ``version`` is None if nothing changed, and then no version is made).
     With ``root`` (the folder read), a document that gave no passages but whose file is still there (its
     records were skipped as malformed, say) is kept as it was, under ``"kept"``, rather than deleted.
+    With a ``source_report`` (:class:`~openbook.corpus.SourceReport`) that names a file not read (corrupt,
+    unreadable, ...), no document is deleted: the ones not seen may be in that file (a WikiExtractor file
+    holds many articles), so they are all kept until a sync reads every file.
     """
     path = Path(path)
     errors = on_error if isinstance(on_error, RecordErrors) else RecordErrors(on_error)
@@ -81,7 +84,7 @@ def sync_documents(path, passages: Iterable, encode_passages: EncodePassages, ba
                 raise InputError(f"{source_label or 'the input'} has no documents: a sync would delete all of "
                                  f"knowledge base {path}; nothing was changed (delete documents with "
                                  f"`openbook kb delete {path} --document ID`)")
-            deleted_rows = plan.delete_missing()
+            deleted_rows = plan.delete_missing(keep_all=source_report is not None and source_report.incomplete)
             report = plan.report()
             added = appender.rows - manifest["num_rows"]
             if added == 0 and deleted_rows == 0:
@@ -153,11 +156,11 @@ class _SyncPlan:
             self.store.mark_deleted(rows, self.version)
         self.deleted_rows += len(rows)
 
-    def delete_missing(self) -> int:
+    def delete_missing(self, keep_all: bool = False) -> int:
         for document, (_, rows) in self.live.items():
             if document in self.seen:
                 continue
-            if self.root is not None and (self.root / document).is_file():
+            if keep_all or (self.root is not None and (self.root / document).is_file()):
                 self.seen[document] = "kept"
             else:
                 self.seen[document] = "deleted"

@@ -35,6 +35,7 @@ from openbook.index.kb.layout import (
     read_manifest,
 )
 from openbook.index.store import EmbeddingsWriter, PassageStore, embeddings_bytes, map_embeddings
+from openbook.index.store_meta import meta_problem
 from openbook.progress import progress_bar
 
 # ---------------------------------------------------------------------------------------------------
@@ -191,13 +192,13 @@ def add_passages(path, passages, encode_passages: EncodePassages, batch_size: in
     return version
 
 
-def _normalise_update(item, position: int) -> tuple[str, str, str | None, str]:
-    """``(where, id, title or None, text)`` of one update (Passage, SourcePassage or dict)."""
+def _normalise_update(item, position: int) -> tuple[str, str, str | None, str, dict | None]:
+    """``(where, id, title or None, text, meta or None)`` of one update (Passage, SourcePassage or dict)."""
     where = f"update {position}"
     if isinstance(item, SourcePassage):
         where, item = item.where, item.passage
     if isinstance(item, Passage):
-        return where, item.id, item.title, item.text
+        return where, item.id, item.title, item.text, item.meta
     if isinstance(item, dict):
         where = str(item.get("where", where))
         pid, title, text = item.get("id"), item.get("title"), item.get("text")
@@ -207,7 +208,10 @@ def _normalise_update(item, position: int) -> tuple[str, str, str | None, str]:
             raise InputError(f"{where}: an update needs the new 'text' (a non-empty string)")
         if title is not None and not isinstance(title, str):
             raise InputError(f"{where}: 'title' must be a string")
-        return where, pid, title, text
+        meta = item.get("meta")
+        if meta_problem(meta) is not None:
+            raise InputError(f"{where}: {meta_problem(meta)}")
+        return where, pid, title, text, meta
     raise InputError(f"{where}: expected a Passage or a dict with id, text and optionally title, "
                      f"got {type(item).__name__}")
 
@@ -224,21 +228,22 @@ def update_passages(path, updates, encode_passages: EncodePassages, progress: bo
     if not items:
         raise InputError("no updates given")
     seen: dict[str, str] = {}
-    for where, pid, _, _ in items:
+    for where, pid, _, _, _ in items:
         if pid in seen:
             raise InputError(f"{where}: passage id {pid!r} is updated twice (also at {seen[pid]})")
         seen[pid] = where
     with _edit(path, "update") as (manifest, store, version):
-        rows = store.live_rows([pid for _, pid, _, _ in items])
-        unknown = [pid for _, pid, _, _ in items if pid not in rows]
+        rows = store.live_rows([pid for _, pid, _, _, _ in items])
+        unknown = [pid for _, pid, _, _, _ in items if pid not in rows]
         if unknown:
             raise InputError(f"knowledge base {path} has no passage {_describe_ids(unknown)}; "
                              f"use `openbook kb add` for new passages")
-        old = dict(zip([pid for _, pid, _, _ in items], store.get([rows[pid] for _, pid, _, _ in items])))
+        old = dict(zip([pid for _, pid, _, _, _ in items], store.get([rows[pid] for _, pid, _, _, _ in items])))
         documents = store.row_documents(list(rows.values()))  # an updated passage stays in its document
-        new = [SourcePassage(where, Passage(pid, old[pid].title if title is None else title, text),
+        new = [SourcePassage(where, Passage(pid, old[pid].title if title is None else title, text,
+                                            old[pid].meta if meta is None else meta),  # metadata is kept
                              *documents.get(rows[pid], (None, None)))
-               for where, pid, title, text in items]
+               for where, pid, title, text, meta in items]
         with store.transaction():
             store.mark_deleted(list(rows.values()), version)
         writer = _embeddings_writer_for(path, manifest)

@@ -33,6 +33,7 @@ import numpy as np
 from openbook.corpus import Passage
 from openbook.corpus.readers import RecordErrors
 from openbook.errors import InputError, KnowledgeBaseError, positive_int
+from openbook.index.filters import Filter, no_match
 from openbook.index.kb import check_encoder_matches
 from openbook.index.kb.layout import EncodePassages
 from openbook.index.sharded.edit import add_sharded, delete_sharded, update_sharded, use_sharded_version
@@ -360,22 +361,35 @@ class ShardedKnowledgeBase:
                 out[position] = passage
         return out
 
-    def search(self, query_vectors, k: int) -> tuple[np.ndarray, np.ndarray]:
+    def count_matching(self, where: Filter) -> int:
+        """How many passages visible at this version match ``where`` (summed over the shards)."""
+        return sum(self._gather("count_matching", [(v, where) for v in self._snapshot.shard_versions]))
+
+    def search(self, query_vectors, k: int, where: Filter | None = None) -> tuple[np.ndarray, np.ndarray]:
         """Top-``k`` MIPS over all shards at this version, merged exactly (:func:`merge_topk`):
         ``(scores float32 (m, k), global rows int64 (m, k))``; ``k`` above the passages is clamped with a
-        warning, as :meth:`KnowledgeBase.search` does."""
+        warning, as :meth:`KnowledgeBase.search` does. With ``where`` every shard returns its exact top k
+        among its matching passages, so the merge is the exact filtered top k."""
         k = positive_int(k, "k")
         snap = self._snapshot  # read once: the whole search sees one sharded version
-        total = sum(snap.counts)
+        if where is None:
+            counts = snap.counts
+        else:
+            counts = tuple(self._gather("count_matching", [(v, where) for v in snap.shard_versions]))
+        total = sum(counts)
+        if total == 0 and where is not None:
+            raise no_match(where, self._path)
         if total == 0:
             raise KnowledgeBaseError(f"knowledge base {self._path} has no passages at version {snap.version}")
         if k > total:
-            warnings.warn(f"asked for k={k} passages but knowledge base {self._path} has only {total}; "
-                          f"retrieving {total}", stacklevel=2)
+            what = f"knowledge base {self._path} has only" if where is None else "only"
+            warnings.warn(f"asked for k={k} passages but {what} {total}"
+                          f"{'' if where is None else ' match the filter'}; retrieving {total}", stacklevel=2)
             k = total
         queries = np.ascontiguousarray(query_vectors, dtype=np.float32)
-        live = [s for s, count in enumerate(snap.counts) if count]
-        pending = [self._handles[s].submit("search", snap.shard_versions[s], queries, k) for s in live]
+        live = [s for s, count in enumerate(counts) if count]
+        extra = () if where is None else (where,)
+        pending = [self._handles[s].submit("search", snap.shard_versions[s], queries, k, *extra) for s in live]
         results = [self._handles[s].gather([p])[0] for s, p in zip(live, pending)]
         scores, rows = merge_topk([(s, sc, r) for s, (sc, r) in zip(live, results)], self.num_shards, k)
         if scores.shape[1] < k:

@@ -22,6 +22,7 @@ import numpy as np
 
 from openbook.corpus import Passage
 from openbook.errors import InputError
+from openbook.index.filters import Filter
 from openbook.index.kb import KnowledgeBase
 
 ITER_BATCH = 4096  # passages per call when iterating a shard
@@ -64,13 +65,18 @@ class ShardServer:
         kb = self.kb(version)
         return {"passages": len(kb), "num_rows": kb.num_rows, "dim": kb.dim, "manifest": kb.manifest}
 
-    def search(self, version: int, queries: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
-        """The shard's top ``min(k, passages)`` (scores, local rows); empty if it has no passages."""
+    def search(self, version: int, queries: np.ndarray, k: int, where: Filter | None = None
+               ) -> tuple[np.ndarray, np.ndarray]:
+        """The shard's top ``min(k, passages)`` (scores, local rows), among those matching ``where`` if given;
+        empty if it has none."""
         kb = self.kb(version)
-        k = min(k, len(kb))
+        k = min(k, len(kb) if where is None else kb.count_matching(where))
         if k == 0:
             return np.zeros((len(queries), 0), np.float32), np.zeros((len(queries), 0), np.int64)
-        return kb.search(queries, k)
+        return kb.search(queries, k, where=where)
+
+    def count_matching(self, version: int, where: Filter) -> int:
+        return self.kb(version).count_matching(where)
 
     def passages(self, version: int, rows: list[int]) -> list[Passage]:
         return self.kb(version).passages(np.asarray(rows, dtype=np.int64)) if len(rows) else []
