@@ -83,6 +83,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         except SystemExit as stop:  # a usage error found after parsing (argparse's error())
             return _exit_code(stop.code)
         except KeyboardInterrupt:
+            _end_bars()
             print(file=sys.stderr)
             return 130
         except BrokenPipeError:  # e.g. `openbook ask --file q.txt | head -1`: the reader has gone
@@ -132,12 +133,31 @@ def _exit_code(code: object) -> int:
 
 
 def _error(message: str) -> None:
+    _end_bars()
     print(f"{PROG}: error: {one_line(message)}", file=sys.stderr)
+
+
+def _end_bars() -> None:
+    """No half-done progress bar above an error (there are bars only if tqdm was imported)."""
+    if "tqdm" in sys.modules:
+        from openbook.progress import end_bars
+
+        end_bars()
 
 
 def _show_warning(message, category, filename, lineno, file=None, line=None) -> None:
     stream = file if file is not None else sys.stderr
     try:
-        print(f"{PROG}: warning: {one_line(message)}", file=stream)
+        with _above_bars(stream):
+            print(f"{PROG}: warning: {one_line(message)}", file=stream)
     except (OSError, ValueError):
         pass
+
+
+def _above_bars(stream):
+    """Where a warning is written: above the progress bars drawn on ``stream``, if any."""
+    if "tqdm" not in sys.modules:
+        return contextlib.nullcontext()
+    from openbook.progress import above_bars
+
+    return above_bars(stream)

@@ -16,6 +16,7 @@ from typing import Any, TextIO
 from openbook.commands import finite_float, options
 from openbook.errors import InputError, OpenbookError, one_line
 from openbook.presets import INTERACTIVE, PAPER
+from openbook.progress import progress_bar
 
 SNIPPET_CHARS = 160
 
@@ -50,6 +51,7 @@ def register(subparsers) -> None:
                      help="answer every question in this file, one per line (blank lines skipped; '-' reads stdin)")
     options.add_options(ask, "model", "k", "retriever", "where", "beams", "decoding", "run", "kb", "generator", "untrained", "encoder",
                         "max-new-tokens", "dtype", "device", "batch-size", preset=INTERACTIVE)
+    options.add_options(ask, "quiet")  # a bar over the questions of --file
     ask.add_argument("--min-new-tokens", type=int, metavar="N", default=0,
                      help="shortest answer, in generator tokens (default: %(default)s)")
     ask.add_argument("--length-penalty", type=finite_float, metavar="X", default=1.0,
@@ -98,6 +100,7 @@ def _cmd_ask(args: argparse.Namespace) -> int:
         return 0
 
     first = True
+    bar = progress_bar(total=len(numbered), desc="answering", unit="question", enabled=not args.quiet)
     for batch in _batches(numbered, args.batch_size):
         lines = [n for n, _ in batch]
         where = f"{args.file}, line {lines[0]}" if len(lines) == 1 else f"{args.file}, lines {lines[0]}-{lines[-1]}"
@@ -112,6 +115,8 @@ def _cmd_ask(args: argparse.Namespace) -> int:
                 _print_answer(answer, sys.stdout)
             first = False
         sys.stdout.flush()
+        bar.update(len(batch))
+    bar.close()
     return 0
 
 

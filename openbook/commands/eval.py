@@ -77,7 +77,7 @@ def register(subparsers) -> None:
                        help=f"the task: {', '.join(TASK_NAMES)}")
     group.add_argument("--data", metavar="FILE", help="the task's data file (its format: see below)")
     options.add_options(group, "kb", "model", "generator", "untrained", "encoder", "run", "retriever", "k", "beams", "decoding",
-                        "max-new-tokens", "dtype", "device", "batch-size", closed_book=True)
+                        "max-new-tokens", "dtype", "device", "batch-size", "quiet", closed_book=True)
     group.add_argument("--limit", type=positive_int, metavar="N", default=None, help="evaluate the first N examples")
     group.add_argument("--out", metavar="DIR", default=None,
                        help="where report.json and report.md go (default: ./eval-TASK)")
@@ -105,7 +105,7 @@ def register(subparsers) -> None:
         ),
     )
     retrieval.add_argument("--questions", metavar="FILE", required=True, help="the question set (JSON Lines, .gz ok)")
-    options.add_options(retrieval, "kb", "encoder", "device")
+    options.add_options(retrieval, "kb", "encoder", "device", "quiet")
     retrieval.add_argument(
         "--k", type=k_list, default=k_list(DEFAULT_K_TEXT), metavar="K,K,...",
         help=f"cut-offs for recall@k (default: {DEFAULT_K_TEXT})",
@@ -152,7 +152,7 @@ def _cmd_task(args: argparse.Namespace) -> int:
     report = evaluate(
         model, task, examples, k=args.k, batch_size=args.batch_size, num_beams=args.beams,
         max_new_tokens=args.max_new_tokens, decoding=args.decoding or PAPER.decoding,
-        progress=sys.stderr.isatty(),
+        progress=not args.quiet,
     )
     report["settings"] = {
         "data": str(args.data),
@@ -203,9 +203,9 @@ def _cmd_retrieval(args: argparse.Namespace) -> int:
         kb = demo_knowledge_base(encoder)
     else:
         kb = load_knowledge_base(args.kb, expected_encoder=encoder.info())
-    retrievers = standard_retrievers(encoder, kb, args.retrievers, progress=True)
+    retrievers = standard_retrievers(encoder, kb, args.retrievers, progress=not args.quiet)
     report = evaluate_retrieval(
-        questions, retrievers, ks=args.k, batch_size=args.batch_size, mode=args.match, progress=sys.stderr.isatty()
+        questions, retrievers, ks=args.k, batch_size=args.batch_size, mode=args.match, progress=not args.quiet
     )
     result = {
         "questions": str(args.questions),

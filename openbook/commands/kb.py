@@ -124,7 +124,7 @@ def _register_build(actions) -> None:
                             "never replaces one")
     build.add_argument("--restart", action="store_true",
                        help="discard the state of an interrupted build of DIR instead of continuing it")
-    build.add_argument("--quiet", action="store_true", help="no progress bars")
+    options.add_options(build, "quiet")
     kb_build.add_source_options(build)
     options.add_options(build, "device")
     build.set_defaults(handler=_cmd_build)
@@ -142,7 +142,7 @@ def _register_add(actions) -> None:
                      help="a malformed record (or an id already present) stops the edit (default) or is skipped")
     add.add_argument("--batch-size", type=positive_int, default=256, metavar="N")
     add.add_argument("--description", default=None, help="describe this version (default: what changed)")
-    add.add_argument("--quiet", action="store_true", help="no progress bars")
+    options.add_options(add, "quiet")
     kb_build.add_source_options(add)
     options.add_options(add, "device")
     add.set_defaults(handler=_cmd_add)
@@ -235,7 +235,7 @@ def _cmd_build(args: argparse.Namespace) -> int:
     encoder = load_encoder(args.encoder or "default").to(device)  # --encoder defaults to None in every command
     names = ", ".join(str(s) for s in args.sources)
     batch_size = args.batch_size or (RAY_BATCH if args.ray is not None else 256)
-    with build_encode_passages(args, encoder) as encode_passages:
+    with build_encode_passages(args, encoder) as encode_passages, kb_build.reading_files(args, sources, report):
         kb = KnowledgeBase.build(
             lambda: iter_source_passages(sources, args.max_words, errors, report, args.text_columns, args.meta_fields),
             encode_passages,
@@ -269,12 +269,13 @@ def _cmd_add(args: argparse.Namespace) -> int:
     report = kb_build.source_report(args, sources, max_words, errors)  # --strict: every file read first
     encoder = _kb_encoder(path, manifest, args)
     names = ", ".join(str(s) for s in args.sources)
-    version = edits_for(path).add(
-        path, iter_source_passages(sources, max_words, errors, report, args.text_columns, args.meta_fields),
-        encode_fn(encoder),
-        batch_size=args.batch_size, progress=not args.quiet, on_error=errors, description=args.description,
-        source_label=names,
-    )
+    with kb_build.reading_files(args, sources, report):
+        version = edits_for(path).add(
+            path, iter_source_passages(sources, max_words, errors, report, args.text_columns, args.meta_fields),
+            encode_fn(encoder),
+            batch_size=args.batch_size, progress=not args.quiet, on_error=errors, description=args.description,
+            source_label=names,
+        )
     return kb_build.print_added(args, path, version, errors, report, _edited)
 
 

@@ -1,6 +1,7 @@
-"""What ``kb build`` and ``kb add`` say about their sources: the files read per type and every file not
-read with its reason (``--json`` carries the same), ``--strict``, ``--text-columns`` for CSV files and
-``--meta-fields``, the record fields and columns each passage keeps as metadata.
+"""What ``kb build``, ``kb add`` and ``kb sync`` say about their sources: the files read per type and every file
+not read with its reason (``--json`` carries the same), ``--strict``, ``--text-columns`` for CSV files,
+``--meta-fields`` (the record fields and columns each passage keeps as metadata), and a progress bar over the
+files as they are read (its total known from a listing, so it shows the time left).
 
 A file that cannot be read is named and skipped, so a bad file never stops a folder build after the
 encoder has loaded; with ``--strict`` every source is read once before the encoder loads, and any file
@@ -10,8 +11,12 @@ that would not be read stops the command there.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import warnings
+from collections.abc import Iterator
+
+from openbook.corpus import SourceReport
 
 
 def add_source_options(parser: argparse.ArgumentParser) -> None:
@@ -56,10 +61,10 @@ def _column_list(text: str) -> list[str]:
 def source_report(args: argparse.Namespace, sources, max_words: int, errors):
     """The report a read of ``sources`` fills in; with ``--strict``, after a first read that raises
     InputError if any file would not be read (call it before the encoder loads)."""
-    from openbook.corpus import RecordErrors, SourceReport, iter_source_passages
+    from openbook.corpus import RecordErrors, iter_source_passages
     from openbook.errors import InputError
 
-    report = SourceReport(report=None if args.json else lambda message: warnings.warn(message, stacklevel=2))
+    report = FilesRead(report=None if args.json else lambda message: warnings.warn(message, stacklevel=2))
     if args.strict:
         check = SourceReport()
         for _ in iter_source_passages(sources, max_words, RecordErrors(errors.on_error), check, args.text_columns,
@@ -69,6 +74,43 @@ def source_report(args: argparse.Namespace, sources, max_words: int, errors):
             more = f" (and {len(check.skipped) - 1} more file(s) not read)" if len(check.skipped) > 1 else ""
             raise InputError(f"{check.skipped[0]}{more}; without --strict such files are named and skipped")
     return report
+
+
+class FilesRead(SourceReport):
+    """A :class:`SourceReport` that also moves :attr:`bar` (when set) on by one for each file read or not read."""
+
+    bar = None
+
+    def reset(self) -> None:
+        super().reset()
+        if self.bar is not None and self.bar.n:  # a second pass over the same sources (a resumed build's)
+            self.bar.reset(total=self.bar.total)
+
+    def add_read(self, file_type: str) -> None:
+        super().add_read(file_type)
+        self._advance()
+
+    def skip(self, path, reason: str, detail: str) -> None:
+        super().skip(path, reason, detail)
+        self._advance()
+
+    def _advance(self) -> None:
+        if self.bar is not None:
+            self.bar.update()
+
+
+@contextlib.contextmanager
+def reading_files(args: argparse.Namespace, sources, report: FilesRead) -> Iterator[FilesRead]:
+    """A bar over the files of ``sources`` while they are read into ``report`` (none with ``--quiet``)."""
+    from openbook.corpus.readers.sources import count_files
+    from openbook.progress import progress_bar
+
+    with progress_bar(total=count_files(sources), desc="reading files", unit="file", enabled=not args.quiet) as bar:
+        report.bar = bar
+        try:
+            yield report
+        finally:
+            report.bar = None
 
 
 def print_built(args, kb, num_sources: int, errors, report, print_summary) -> None:

@@ -47,7 +47,7 @@ def register(actions, delete: argparse.ArgumentParser, kb_encoder: Callable, rec
     sync.add_argument("--batch-size", type=positive_int, default=256, metavar="N")
     sync.add_argument("--description", default=None, help="describe this version (default: what changed)")
     sync.add_argument("--json", action="store_true", help="print what was added, replaced and deleted as JSON")
-    sync.add_argument("--quiet", action="store_true", help="no progress bars")
+    options.add_options(sync, "quiet")
     kb_build.add_source_options(sync)
     options.add_options(sync, "device")
     sync.set_defaults(handler=_cmd_sync, kb_encoder=kb_encoder, record_errors=record_errors)
@@ -87,10 +87,11 @@ def _cmd_sync(args: argparse.Namespace) -> int:
     encoder = args.kb_encoder(path, manifest, args)
     root = sources[0] if source_kind(sources[0]) == "folder" else None
     passages = iter_source_passages(sources, max_words, errors, files, args.text_columns, args.meta_fields)
-    report = sync_documents(
-        path, passages, encode_fn(encoder), batch_size=args.batch_size, progress=not args.quiet, on_error=errors,
-        description=args.description, source_label=args.source, root=root, source_report=files,
-    )
+    with kb_build.reading_files(args, sources, files):
+        report = sync_documents(
+            path, passages, encode_fn(encoder), batch_size=args.batch_size, progress=not args.quiet, on_error=errors,
+            description=args.description, source_label=args.source, root=root, source_report=files,
+        )
     num_passages = read_manifest(path)["num_passages"]
     if args.json:
         print(json.dumps({"kb": str(path), **report, "num_passages": num_passages, "skipped": errors.skipped,

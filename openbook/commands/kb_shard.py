@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from openbook.commands import positive_int
+from openbook.commands import options, positive_int
 
 
 def register(actions) -> None:
@@ -28,7 +28,7 @@ def register(actions) -> None:
     shard.add_argument("--shards", type=positive_int, required=True, metavar="S", help="number of shards")
     shard.add_argument("--out", required=True, metavar="DIR", help="new folder for the shards")
     shard.add_argument("--json", action="store_true", help="print shards.json")
-    shard.add_argument("--quiet", action="store_true", help="no progress bars")
+    options.add_options(shard, "quiet")
     shard.set_defaults(handler=_cmd_shard)
 
 

@@ -132,10 +132,17 @@ def _batch_size(p) -> None:
                    help="questions answered together (default: %(default)s)")
 
 
+def _quiet(p) -> None:
+    p.add_argument("--quiet", action="store_true",
+                   help="no progress bars (otherwise drawn on standard error: in place on a terminal, else a line "
+                   "now and then and one at the end)")
+
+
 OPTIONS: dict[str, Callable] = {
     "model": _model, "run": _run, "kb": _kb, "generator": _generator, "untrained": _untrained, "encoder": _encoder, "k": _k,
     "retriever": _retriever, "where": _where, "beams": _beams, "decoding": _decoding, "max-new-tokens": _max_new_tokens,
     "dtype": _dtype, "batch-size": _batch_size, "device": _device,
+    "quiet": _quiet,
 }
 
 

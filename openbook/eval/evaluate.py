@@ -24,7 +24,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -32,6 +31,7 @@ from typing import Any
 from openbook.errors import InputError, check_k, positive_int
 from openbook.eval.metrics import aggregate
 from openbook.presets import PAPER
+from openbook.progress import progress_bar
 
 __all__ = ["evaluate", "predict", "report_markdown", "write_report"]
 
@@ -51,19 +51,11 @@ def _check_inputs(inputs: Sequence[str]) -> list[str]:
 
 
 def _batches(items: list, batch_size: int, progress: bool, what: str):
-    starts = range(0, len(items), batch_size)
-    if progress:
-        from tqdm import tqdm
-
-        total = len(items)
-        bar = tqdm(total=total, desc=what, unit="ex", file=sys.stderr)
-        for start in starts:
-            yield items[start : start + batch_size]
-            bar.update(min(batch_size, total - start))
-        bar.close()
-    else:
-        for start in starts:
-            yield items[start : start + batch_size]
+    with progress_bar(total=len(items), desc=what, unit="example", enabled=progress) as bar:
+        for start in range(0, len(items), batch_size):
+            batch = items[start : start + batch_size]
+            yield batch
+            bar.update(len(batch))
 
 
 def predict(

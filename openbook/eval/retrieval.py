@@ -31,7 +31,6 @@ hybrid) come from :func:`standard_retrievers`.
 from __future__ import annotations
 
 import re
-import sys
 import time
 import unicodedata
 from collections.abc import Iterable, Mapping, Sequence
@@ -247,9 +246,9 @@ def _progress(batches: range, name: str, total: int, batch_size: int, enabled: b
     if not enabled:
         yield from batches
         return
-    from tqdm import tqdm
+    from openbook.progress import progress_bar
 
-    with tqdm(total=total, unit="question", desc=f"retrieving ({name})", file=sys.stderr, leave=False) as bar:
+    with progress_bar(total=total, unit="question", desc=f"retrieving ({name})", leave=False) as bar:
         for start in batches:
             yield start
             bar.update(min(batch_size, total - start))

@@ -15,14 +15,12 @@ from __future__ import annotations
 import json
 import math
 import random
-import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import torch
-from tqdm import tqdm
 
 import openbook.train.distributed as distributed
 from openbook.atomic import atomic_dir, exclusive_lock, remove_leftovers_beside
@@ -30,6 +28,7 @@ from openbook.errors import InputError
 from openbook.models.adapters import LORA_MARK, has_lora, lora_tensor_names
 from openbook.models.device import module_device
 from openbook.models.weights import WEIGHTS_FILE, load_weights, read_tensors, save_weights, weights_path, write_tensors
+from openbook.progress import progress_bar
 
 CHECKPOINT = "checkpoint"
 LOCK_FILE = ".train.lock"  # held by the one process training into a run folder
@@ -293,7 +292,7 @@ def _train(rag, examples, cfg: TrainConfig, out_dir: Path, resume: bool, evaluat
     per_step = cfg.batch_size * cfg.grad_accumulation
     steps_per_epoch = max(1, math.ceil(len(examples) / per_step))
     total = cfg.max_steps or steps_per_epoch * cfg.epochs
-    bar = tqdm(total=total, initial=state.step, unit="step", desc="training", disable=not progress, file=sys.stderr)
+    bar = progress_bar(total=total, initial=state.step, unit="step", desc="training", enabled=progress)
     taken, started = 0, time.perf_counter()
     rag.train()
     while state.step < total:
@@ -304,7 +303,8 @@ def _train(rag, examples, cfg: TrainConfig, out_dir: Path, resume: bool, evaluat
             state.step += 1
             taken += 1
             state.history.append({"step": state.step, "loss": loss_value})
-            bar.set_postfix(loss=f"{loss_value:.3f}", ex_per_s=f"{taken * per_step / (time.perf_counter() - started):.1f}")
+            bar.set_postfix(loss=f"{loss_value:.3f}", ex_per_s=f"{taken * per_step / (time.perf_counter() - started):.1f}",
+                            refresh=False)
             bar.update(1)
             if cfg.eval_every and state.step % cfg.eval_every == 0:
                 _evaluate(rag, evaluate, state)

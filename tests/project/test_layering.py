@@ -23,6 +23,7 @@ PACKAGE = REPO / "openbook"
 # Rank of each top-level part of the package; a module may import only modules of its rank or below.
 LAYERS = {
     "openbook": 0, "openbook.errors": 0, "openbook.atomic": 0, "openbook.data": 0, "openbook.presets": 0,
+    "openbook.progress": 0,
     "openbook.corpus": 1,
     "openbook.index": 2,
     "openbook.models": 3,

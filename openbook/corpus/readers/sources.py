@@ -112,6 +112,19 @@ def _folder_types(folder: Path) -> set[str]:
     return kinds
 
 
+def count_files(sources: Iterable[str | os.PathLike]) -> int:
+    """How many files a read of ``sources`` goes through, each of them read or named as not read (the total of
+    a progress bar): every file source, and every file of a folder but hidden ones (a folder is listed, not read)."""
+    total = 0
+    for path in map(Path, sources):
+        if path.is_dir():
+            report = SourceReport()
+            total += len(_folder_files(path, report)) + len(report.skipped)
+        else:
+            total += 1
+    return total
+
+
 def iter_source_passages(
     sources: Iterable[str | os.PathLike],
     max_words: int = DEFAULT_MAX_WORDS,

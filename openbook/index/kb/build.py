@@ -12,8 +12,6 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from tqdm import tqdm
-
 from openbook.atomic import fsync_path, make_temp_dir_next_to, replace_dir, temp_name_of
 from openbook.corpus.readers import RecordErrors, SourcePassage
 from openbook.errors import InputError, KnowledgeBaseError
@@ -47,6 +45,7 @@ from openbook.index.store import (
     map_embeddings,
     read_npy_header,
 )
+from openbook.progress import progress_bar
 
 # ---------------------------------------------------------------------------------------------------
 # building
@@ -208,8 +207,7 @@ class _Build:
             self.rows = rows
             self.save_progress(rows=rows)
 
-        with tqdm(initial=self.rows, unit="passage", desc="encoding passages", disable=not self.progress,
-                  file=sys.stderr) as bar:
+        with progress_bar(initial=self.rows, unit="passage", desc="encoding passages", enabled=self.progress) as bar:
             appender = _Appender(store, self.encode, self.errors, 1, batch, self.rows, writer, make_writer,
                                  after_batch, bar, input_start=0)
             appender.feed(items)

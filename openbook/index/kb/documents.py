@@ -9,12 +9,9 @@ unchanged ones are neither re-read into the store nor re-encoded. A failed sync 
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
-
-from tqdm import tqdm
 
 from openbook.corpus.readers import RecordErrors, SourcePassage
 from openbook.errors import InputError
@@ -22,6 +19,7 @@ from openbook.index.kb.append import _Appender, _source_items
 from openbook.index.kb.edit import _append_to_index, _commit_edit, _edit, _embeddings_writer_for
 from openbook.index.kb.layout import STORE_FILE, EncodePassages, _check_batch_size, _check_version, read_manifest
 from openbook.index.store import PassageStore
+from openbook.progress import progress_bar
 
 
 class _NothingToDo(Exception):
@@ -78,7 +76,7 @@ def sync_documents(path, passages: Iterable, encode_passages: EncodePassages, ba
         with _edit(path, "sync") as (manifest, store, version):
             plan = _SyncPlan(store, version, manifest["num_rows"], None if root is None else Path(root))
             writer = _embeddings_writer_for(path, manifest)
-            with tqdm(unit="passage", desc="encoding passages", disable=not progress, file=sys.stderr) as bar:
+            with progress_bar(unit="passage", desc="encoding passages", enabled=progress) as bar:
                 appender = _Appender(store, encode_passages, errors, version, batch_size, manifest["num_rows"],
                                      writer, lambda dim: writer, bar=bar)
                 appender.feed(plan.filter(_source_items(passages)))

@@ -5,13 +5,11 @@ from __future__ import annotations
 
 import contextlib
 import os
-import sys
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-from tqdm import tqdm
 
 from openbook.corpus import Passage
 from openbook.corpus.readers import RecordErrors, SourcePassage
@@ -38,6 +36,7 @@ from openbook.index.kb.layout import (
 )
 from openbook.index.store import EmbeddingsWriter, PassageStore, embeddings_bytes, map_embeddings
 from openbook.index.store_meta import meta_problem
+from openbook.progress import progress_bar
 
 # ---------------------------------------------------------------------------------------------------
 # editing
@@ -177,7 +176,7 @@ def add_passages(path, passages, encode_passages: EncodePassages, batch_size: in
     _check_batch_size(batch_size)
     with _edit(path, "add") as (manifest, store, version):
         writer = _embeddings_writer_for(path, manifest)
-        with tqdm(unit="passage", desc="encoding passages", disable=not progress, file=sys.stderr) as bar:
+        with progress_bar(unit="passage", desc="encoding passages", enabled=progress) as bar:
             appender = _Appender(store, encode_passages, errors, version, batch_size, manifest["num_rows"],
                                  writer, lambda dim: writer, bar=bar)
             appender.feed(_source_items(passages))

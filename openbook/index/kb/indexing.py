@@ -5,14 +5,12 @@ from __future__ import annotations
 
 import json
 import math
-import sys
 import warnings
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-from tqdm import tqdm
 
 from openbook.errors import InputError, KnowledgeBaseError
 from openbook.index.dense import DenseIndex, default_nlist, index_class
@@ -25,6 +23,7 @@ from openbook.index.kb.layout import (
     TRAIN_SAMPLE_ROWS,
 )
 from openbook.index.store import map_embeddings, read_npy_header
+from openbook.progress import progress_bar
 
 # ---------------------------------------------------------------------------------------------------
 # indexes
@@ -85,7 +84,7 @@ def _create_index(
         n = len(embeddings)
         rows = np.unique(np.linspace(0, n - 1, num=min(n, limit)).astype(np.int64))
         index.train(np.asarray(embeddings[rows], dtype=np.float32))
-    with tqdm(total=len(embeddings), unit="vector", desc="indexing", disable=not progress, file=sys.stderr) as bar:
+    with progress_bar(total=len(embeddings), unit="vector", desc="indexing", enabled=progress) as bar:
         for start in range(0, len(embeddings), ADD_CHUNK_ROWS):
             chunk = np.asarray(embeddings[start:start + ADD_CHUNK_ROWS], dtype=np.float32)
             index.add(chunk)
