@@ -9,12 +9,28 @@ from pathlib import Path
 
 import pytest
 
+import openbook.commands.kb as kb_commands
+from tiny_kb import BowEncoder
+
 
 @pytest.fixture
 def docs() -> types.SimpleNamespace:
     """The document makers and sample pages below."""
     return types.SimpleNamespace(make_pdf=make_pdf, encrypted_pdf=encrypted_pdf, make_docx=make_docx,
                                  HTML_PAGE=HTML_PAGE, MARKDOWN_NOTE=MARKDOWN_NOTE)
+
+
+@pytest.fixture
+def loaded(monkeypatch) -> list[str]:
+    """Replace the encoder loader; returns the names it was asked for (empty: no model loaded)."""
+    asked: list[str] = []
+
+    def fake_load(name):
+        asked.append(name)
+        return BowEncoder("fake/bow")
+
+    monkeypatch.setattr(kb_commands, "load_encoder", fake_load)
+    return asked
 
 
 def make_pdf(pages: list[str]) -> bytes:

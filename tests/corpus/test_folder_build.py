@@ -10,10 +10,8 @@ from pathlib import Path
 
 import pytest
 
-import openbook.commands.kb as kb_commands
-from openbook import cli
 from openbook.index import KnowledgeBase
-from tiny_kb import BowEncoder
+from tiny_kb import run
 
 pytest.importorskip("trafilatura")
 pytest.importorskip("pypdf")
@@ -21,25 +19,6 @@ pytest.importorskip("docx")
 
 GOOD = {"handbook.html": "html", "guide.pdf": "pdf", "leave.docx": "docx", "staff.csv": "csv",
         "notes/expenses.md": "markdown", "notes/cafe.txt": "text", "records.jsonl": "jsonl", "psgs.tsv": "tsv"}
-
-
-@pytest.fixture
-def loaded(monkeypatch) -> list[str]:
-    """Replace the encoder loader; returns the names it was asked for (empty: no model loaded)."""
-    asked: list[str] = []
-
-    def fake_load(name):
-        asked.append(name)
-        return BowEncoder("fake/bow")
-
-    monkeypatch.setattr(kb_commands, "load_encoder", fake_load)
-    return asked
-
-
-def run(capsys, *argv) -> tuple[int, str, str]:
-    code = cli.main([str(a) for a in argv])
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 @pytest.fixture

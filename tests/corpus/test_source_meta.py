@@ -13,12 +13,11 @@ from pathlib import Path
 import pytest
 
 import openbook.commands.kb as kb_commands
-from openbook import cli
 from openbook.corpus import RecordErrors, SourceReport, check_meta_fields, iter_source_passages
 from openbook.corpus.readers.meta import MAX_META_CHARS
 from openbook.errors import InputError
 from openbook.rag import build_kb
-from tiny_kb import BowEncoder
+from tiny_kb import BowEncoder, run
 
 STAMP = "2026-01-02T03:04:05Z"
 
@@ -54,12 +53,6 @@ def recording(monkeypatch) -> RecordingEncoder:
     encoder = RecordingEncoder()
     monkeypatch.setattr(kb_commands, "load_encoder", lambda name: encoder)
     return encoder
-
-
-def run(capsys, *argv) -> tuple[int, str, str]:
-    code = cli.main([str(a) for a in argv])
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 def test_every_type_has_source_type_and_modified(tmp_path, docs):

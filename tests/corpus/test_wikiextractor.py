@@ -13,16 +13,14 @@ from pathlib import Path
 
 import pytest
 
-import openbook.commands.kb as kb_commands
-from openbook import cli
 from openbook.corpus import RecordErrors, SourceReport, iter_source_passages, source_kind
 from openbook.corpus.readers import file_type
 from openbook.errors import InputError
 from openbook.index import KnowledgeBase
 from openbook.index.kb import delete_document, list_documents, sync_documents
-from tiny_kb import BowEncoder, encode
+from tiny_kb import BowEncoder, encode, run
 
-REAL = Path("/work/shared/data/wikipedia-2015-core")
+REAL = Path(__file__).resolve().parents[3] / "shared" / "data" / "wikipedia-2015-core"
 INFO = BowEncoder("fake/bow").info()
 
 
@@ -169,25 +167,6 @@ def test_a_corrupt_file_given_alone_is_one_line(tmp_path):
     path.write_bytes(b"BZh91AY&SY" + b"\x00" * 40)
     with pytest.raises(InputError, match=rf"^{path}: corrupt or truncated bz2 data"):
         source_kind(path)
-
-
-@pytest.fixture
-def loaded(monkeypatch) -> list[str]:
-    """Replace the encoder loader with the tiny bag-of-words encoder; returns the names it was asked for."""
-    asked: list[str] = []
-
-    def fake_load(name):
-        asked.append(name)
-        return BowEncoder("fake/bow")
-
-    monkeypatch.setattr(kb_commands, "load_encoder", fake_load)
-    return asked
-
-
-def run(capsys, *argv) -> tuple[int, str, str]:
-    code = cli.main([str(a) for a in argv])
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 def test_kb_build_of_a_wikiextractor_folder(capsys, tmp_path, extracted, loaded):
