@@ -23,6 +23,7 @@ from tqdm import tqdm
 
 #: Seconds between the lines of a bar when standard error is not a terminal.
 LOG_INTERVAL = 30.0
+_CURSOR_UP = "\x1b[A"
 
 
 class _Bar(tqdm):
@@ -59,6 +60,7 @@ class _Lines:
         self.stream = stream
 
     def write(self, text: str) -> None:
+        text = text.replace(_CURSOR_UP, "")  # tqdm moves up to redraw a second bar in place: not in a log
         for state in text.replace("\n", "\r").split("\r"):
             if state.strip():
                 self.stream.write(state.rstrip() + "\n")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from openbook import progress
 from openbook.progress import end_bars, progress_bar
 
 
@@ -16,6 +17,18 @@ def test_not_a_terminal_one_line_at_the_end(capsys):
     lines = err.splitlines()
     assert len(lines) == 1 and "\r" not in err  # a line, not a redraw, and no empty first state
     assert lines[0].startswith("work: 100%|") and "4/4" in lines[0] and "item/s]" in lines[0]
+
+
+def test_two_bars_not_on_a_terminal_write_plain_lines(capsys, monkeypatch):
+    monkeypatch.setattr(progress, "LOG_INTERVAL", 0.0)  # every update a line, as a long job's every 30 s
+    with progress_bar(total=2, desc="reading files", unit="file") as files, \
+            progress_bar(desc="encoding", unit="passage") as passages:
+        for _ in range(2):
+            files.update()
+            passages.update(3)
+    err = capsys.readouterr().err
+    assert "\x1b" not in err and "\r" not in err
+    assert {line.split(":")[0] for line in err.splitlines()} == {"reading files", "encoding"}
 
 
 def test_without_a_total_the_count_and_rate(capsys):
