@@ -40,6 +40,7 @@ from html import escape
 from pathlib import Path
 
 from _common import cpu_description, print_header, quiet
+from _pdf import pdf_bytes
 
 FORMATS = ("markdown", "html", "pdf", "docx", "csv", "text", "jsonl")
 SUFFIX = {"markdown": ".md", "html": ".html", "pdf": ".pdf", "docx": ".docx", "csv": ".csv", "text": ".txt",
@@ -133,34 +134,13 @@ def write_html(path: Path, doc, rng: random.Random) -> None:
 
 
 def write_pdf(path: Path, doc, rng: random.Random) -> None:
-    """A PDF written by hand: Helvetica text, one line per ~12 words, a page per ~350 words; title in /Info."""
+    """A PDF written by hand (bench/_pdf.py): Helvetica text, one line per ~12 words, a page per ~350 words;
+    title in /Info."""
     name, sections = doc
     words = [w for heading, paragraphs in sections for w in (heading + " " + " ".join(paragraphs)).split()]
     pages = [words[i: i + PDF_WORDS_PER_PAGE] for i in range(0, len(words), PDF_WORDS_PER_PAGE)]
-    n = len(pages)
-    objects = [
-        b"<< /Type /Catalog /Pages 2 0 R >>",
-        f"<< /Type /Pages /Kids [{' '.join(f'{5 + 2 * i} 0 R' for i in range(n))}] /Count {n} >>".encode(),
-        b"<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica >>",
-        f"<< /Title ({name}) /Producer (bench/ingest.py) >>".encode(),
-    ]
-    for i, page in enumerate(pages):
-        lines = [" ".join(page[j: j + 12]) for j in range(0, len(page), 12)]
-        shown = " T* ".join(f"({line}) Tj" for line in lines)
-        stream = f"BT /F1 10 Tf 13 TL 56 760 Td {shown} ET".encode()
-        objects.append(f"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Resources << /Font << /F1 3 0 R "
-                       f">> >> /Contents {6 + 2 * i} 0 R >>".encode())
-        objects.append(b"<< /Length %d >>\nstream\n" % len(stream) + stream + b"\nendstream")
-    out = b"%PDF-1.4\n"
-    offsets = []
-    for number, body in enumerate(objects, start=1):
-        offsets.append(len(out))
-        out += b"%d 0 obj\n" % number + body + b"\nendobj\n"
-    xref = len(out)
-    out += b"xref\n0 %d\n0000000000 65535 f \n" % (len(objects) + 1)
-    out += b"".join(b"%010d 00000 n \n" % offset for offset in offsets)
-    out += b"trailer\n<< /Size %d /Root 1 0 R /Info 4 0 R >>\nstartxref\n%d\n%%%%EOF\n" % (len(objects) + 1, xref)
-    path.write_bytes(out)
+    lines = [[" ".join(page[j: j + 12]) for j in range(0, len(page), 12)] for page in pages]
+    path.write_bytes(pdf_bytes(lines, title=name, producer="bench/ingest.py"))
 
 
 def write_docx(path: Path, doc, rng: random.Random) -> None:

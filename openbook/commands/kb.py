@@ -153,7 +153,8 @@ def _register_update(actions) -> None:
         "update",
         help="change passages' text or title (a new version; the old text stays in earlier versions)",
         description="Change one passage (--id and --text, optionally --title) or many (--file, JSON Lines "
-                    "of {id, text, title?}). A passage keeps its title unless a new one is given.",
+                    "of {id, text, title?}). A passage keeps its title unless a new one is given, and its "
+                    "metadata but for the fields --meta-fields names, set from each record that has them.",
     )
     update.add_argument("dir", metavar="DIR")
     update.add_argument("--id", dest="passage_id", metavar="ID", help="the passage to change")
@@ -163,6 +164,7 @@ def _register_update(actions) -> None:
     update.add_argument("--encoder", metavar="NAME_OR_PATH", default=None,
                         help="document encoder (default: the one the knowledge base was built with)")
     update.add_argument("--description", default=None, help="describe this version (default: what changed)")
+    kb_build.add_meta_fields_option(update)
     options.add_options(update, "device")
     update.set_defaults(handler=_cmd_update, subparser=update)
 
@@ -280,7 +282,7 @@ def _cmd_add(args: argparse.Namespace) -> int:
 
 
 def _cmd_update(args: argparse.Namespace) -> int:
-    from openbook.corpus.readers import read_numbered_records
+    from openbook.corpus.readers import read_numbered_records, record_meta
     from openbook.errors import InputError
     from openbook.index.sharded import edits_for, stored_manifest
 
@@ -289,6 +291,8 @@ def _cmd_update(args: argparse.Namespace) -> int:
         args.subparser.error("give either --id with --text (and optionally --title), or --file")
     if single and (args.passage_id is None or args.text is None):
         args.subparser.error("--id and --text go together")
+    if single and args.meta_fields:
+        args.subparser.error("--meta-fields names fields of the records of --file")
     path = Path(args.dir)
     manifest = stored_manifest(path)
     if single:
@@ -298,7 +302,12 @@ def _cmd_update(args: argparse.Namespace) -> int:
     else:
         updates = []
         for lineno, record in read_numbered_records(args.file):
-            updates.append({**{k: record.get(k) for k in ("id", "text", "title")}, "where": f"{args.file}:{lineno}"})
+            where = f"{args.file}:{lineno}"
+            try:
+                fields = {"set_meta": record_meta(record, args.meta_fields)} if args.meta_fields else {}
+            except InputError as error:
+                raise InputError(f"{where}: {error}") from None
+            updates.append({**{k: record.get(k) for k in ("id", "text", "title")}, **fields, "where": where})
         if not updates:
             raise InputError(f"{args.file} has no updates")
     encoder = _kb_encoder(path, manifest, args)

@@ -110,13 +110,12 @@ class Retriever(ABC):
         questions = list(questions)
         if where is None:
             k = fit_k(k, self.num_passages)
-            scores, ids = self.search(questions, k)
         else:
             available = self.kb.count_matching(where)
             if available == 0:
                 raise no_match(where, getattr(self.kb, "path", "the knowledge base"))
             k = fit_k(k, available, where)
-            scores, ids = self.search(questions, k, where=where)
+        scores, ids = self.search(questions, k, where=where)
         ids = np.asarray(ids)
         if ids.shape != (len(questions), k) or (ids < 0).any():
             raise KnowledgeBaseError(f"the {self.name} retriever found fewer than k={k} passages in "
@@ -134,7 +133,7 @@ class Retriever(ABC):
 
     def search_ids(self, questions: list[str], k: int, where: Filter | None = None) -> np.ndarray:
         """Only the row ids of :meth:`search` (what rank fusion reads)."""
-        return np.asarray((self.search(questions, k) if where is None else self.search(questions, k, where=where))[1])
+        return np.asarray(self.search(questions, k, where=where)[1])
 
 
 class DenseRetriever(Retriever):
@@ -148,12 +147,11 @@ class DenseRetriever(Retriever):
 
     def search(self, questions: list[str], k: int, where: Filter | None = None):
         q = self.encode(questions)
-        extra = {} if where is None else {"where": where}
         if not hasattr(q, "detach"):  # numpy vectors: the index's own scores
-            return self.kb.search(np.asarray(q, dtype=np.float32), k, **extra)
+            return self.kb.search(np.asarray(q, dtype=np.float32), k, where=where)
         import torch
 
-        _, ids = self.kb.search(q.detach().float().cpu().numpy(), k, **extra)
+        _, ids = self.kb.search(q.detach().float().cpu().numpy(), k, where=where)
         doc_vectors = torch.from_numpy(np.ascontiguousarray(self.kb.embeddings[ids])).to(q)  # (B, K, d)
         return torch.einsum("bkd,bd->bk", doc_vectors, q), ids
 
@@ -164,7 +162,7 @@ class DenseRetriever(Retriever):
         with torch.no_grad():
             q = self.encode(questions)
         q = q.detach().float().cpu().numpy() if hasattr(q, "detach") else np.asarray(q, dtype=np.float32)
-        return np.asarray(self.kb.search(q, k, **({} if where is None else {"where": where}))[1])
+        return np.asarray(self.kb.search(q, k, where=where)[1])
 
 
 class BM25Retriever(Retriever):
@@ -212,12 +210,9 @@ class HybridRetriever(Retriever):
     def search(self, questions: list[str], k: int, where: Filter | None = None):
         from openbook.index.hybrid import reciprocal_rank_fusion
 
-        if where is None:
-            fetch = min(max(k, self.depth), self.num_passages)
-            lists = [retriever.search_ids(questions, fetch) for retriever in self.retrievers]
-        else:  # fuse the filtered lists
-            fetch = min(max(k, self.depth), self.kb.count_matching(where))
-            lists = [retriever.search_ids(questions, fetch, where=where) for retriever in self.retrievers]
+        available = self.num_passages if where is None else self.kb.count_matching(where)  # the lists to fuse
+        fetch = min(max(k, self.depth), available)
+        lists = [retriever.search_ids(questions, fetch, where=where) for retriever in self.retrievers]
         return reciprocal_rank_fusion(lists, k)
 
 

@@ -156,8 +156,7 @@ class RAG(nn.Module):
         questions = check_questions(questions)
         where = as_filter(where)
         k = self.k if k is None else check_k(k)
-        hits = (self.retriever.retrieve(questions, k) if where is None
-                else self.retriever.retrieve(questions, k, where=where))
+        hits = self.retriever.retrieve(questions, k, where=where)
         scores = hits.scores
         if not isinstance(scores, torch.Tensor):
             scores = torch.from_numpy(np.ascontiguousarray(scores, dtype=np.float32))

@@ -19,7 +19,7 @@ from fastapi.staticfiles import StaticFiles
 from sse_starlette.sse import EventSourceResponse
 
 import openbook.serve.schemas as s
-from openbook.index.filters import FilterError, parse_filter
+from openbook.index.filters import Filter, FilterError, parse_filter
 from openbook.serve.errors import ApiError, error_json
 
 ERRORS = {code: {"model": s.ErrorResponse} for code in (400, 401, 403, 404, 409, 422, 503, 504)}
@@ -66,14 +66,13 @@ def _passages(passages, scores, probs) -> list[dict]:
              "meta": dict(getattr(p, "meta", None) or {})} for p, score, prob in zip(passages, scores, probs)]
 
 
-def _where(spec: dict | None) -> dict:
-    """The job option of a request's ``"filter"``: ``{"where": Filter}`` or nothing, so that requests without
-    one batch as before; a malformed filter is a 422 naming its part (``filter.modified.gte``)."""
+def _where(spec: dict | None) -> Filter | None:
+    """The ``where`` job option of a request's ``"filter"`` (None without one; requests with equal filters share
+    a batch); a malformed filter is a 422 naming its part (``filter.modified.gte``)."""
     try:
-        where = parse_filter(spec)
+        return parse_filter(spec)
     except FilterError as error:
         raise ApiError(422, str(error), error.field) from None
-    return {} if where is None else {"where": where}
 
 
 def _ask_response(result, received: float) -> s.AskResponse:
@@ -105,7 +104,7 @@ def install_routes(app: FastAPI, server, static: Path) -> None:
             raise ApiError(422, f"{field}: {error}", field) from None
         options = {"k": k, "num_beams": body.beams, "max_new_tokens": body.max_new_tokens,
                    "retriever": body.retriever, "model": model,
-                   "decoding": body.decoding if model == "rag-sequence" else "fast", **_where(body.filter),
+                   "decoding": body.decoding if model == "rag-sequence" else "fast", "where": _where(body.filter),
                    "abstain": body.abstain, "abstain_threshold": body.abstain_threshold}
         if not body.stream:
             job = server.submit("ask", questions, options)
@@ -119,7 +118,7 @@ def install_routes(app: FastAPI, server, static: Path) -> None:
         """The top-k passages of each question with their scores and p(z|x), from the current knowledge base."""
         questions = _questions(body.question, config.max_question_chars)
         job = server.submit("retrieve", questions, {"k": server.k_for(body.k), "retriever": body.retriever,
-                                                    **_where(body.filter)})
+                                                    "where": _where(body.filter)})
         result = await server.wait(job, request)
         results = [{"question": q, "passages": _passages(passages, scores, probs)}
                    for q, (passages, scores, probs) in zip(questions, result.output)]

@@ -300,8 +300,7 @@ class Worker:
         questions = [q for job in batch for q in job.questions]
         if batch[0].kind == "retrieve":
             with torch.no_grad():
-                retrieval = self.rag.retrieve(questions, options.get("k"), **({"where": options["where"]}
-                                                                              if "where" in options else {}))
+                retrieval = self.rag.retrieve(questions, options.get("k"), where=options.get("where"))
             rows = [(passages, retrieval.scores[b].tolist(), retrieval.doc_logprobs[b].exp().tolist())
                     for b, passages in enumerate(retrieval.passages)]
             return _split(batch, rows)

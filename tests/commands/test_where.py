@@ -104,3 +104,42 @@ def test_ask_where_with_a_tiny_rag(capsys, tmp_path, monkeypatch):
     assert code == 2 and "no passage of knowledge base" in err and "matches the filter page>=9" in err
     code, out, err = run(capsys, "ask", "capital of france", "--where", "page<>1")
     assert code == 2 and err.startswith("openbook: error: --where 'page<>1': unknown operator '<>'")
+
+
+def test_kb_add_and_update_keep_meta_fields_that_where_filters_on(capsys, tmp_path, kb_dir):
+    """``--meta-fields`` on ``kb add`` (new passages) and ``kb update --file`` (fields set, the rest kept):
+    stored, and ``--where`` finds exactly those passages afterwards."""
+    extra = tmp_path / "extra.jsonl"
+    extra.write_text(json.dumps({"id": "new:1", "title": "New", "text": "paris moon", "lang": "de"}) + "\n")
+    code, _, err = run(capsys, "kb", "add", kb_dir, extra, "--quiet", "--meta-fields", "lang")
+    assert code == 0, err
+    updates = tmp_path / "updates.jsonl"
+    updates.write_text("".join(json.dumps(record) + "\n" for record in [
+        {"id": "doc:3", "text": "paris france capital", "lang": "de"},
+        {"id": "doc:4", "text": "paris france river"},  # no lang: its metadata stays as it was
+    ]))
+    code, _, err = run(capsys, "kb", "update", kb_dir, "--file", updates, "--meta-fields", "lang")
+    assert code == 0, err
+    code, out, err = run(capsys, "retrieve", "paris", "--kb", kb_dir, "--k", 5, "--json", "--where", "lang=de")
+    assert code == 0, err
+    found = {p["id"]: p["meta"] for p in json.loads(out)["passages"]}
+    assert found == {"new:1": {**found["new:1"], "lang": "de", "source": "extra.jsonl"},
+                     "doc:3": {**with_meta(3, corpus(N)[3]).meta, "lang": "de"}}
+    kb = KnowledgeBase.load(kb_dir)
+    assert kb.lookup("doc:4")[1].meta == with_meta(4, corpus(N)[4]).meta and kb.lookup("doc:4")[1].text.endswith("river")
+    kb.close()
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--id", "doc:3", "--text", "x", "--meta-fields", "lang"], "--meta-fields names fields of the records of --file"),
+    (["--file", "{updates}", "--meta-fields", "source"], "metadata field 'source' is set by openbook itself"),
+    (["--file", "{updates}", "--meta-fields", "lang"], "updates.jsonl:1: metadata field 'lang' must be text, a number"),
+])
+def test_kb_update_meta_fields_errors_name_the_problem(capsys, tmp_path, kb_dir, argv, message):
+    updates = tmp_path / "updates.jsonl"
+    updates.write_text(json.dumps({"id": "doc:3", "text": "x", "lang": ["de"]}) + "\n")
+    code, out, err = run(capsys, "kb", "update", kb_dir, *[a.format(updates=updates) for a in argv])
+    assert code == 2 and message in err.splitlines()[-1] and "Traceback" not in err, err  # usage errors: argparse's
+    kb = KnowledgeBase.load(kb_dir)
+    assert kb.lookup("doc:3")[1].meta == with_meta(3, corpus(N)[3]).meta  # nothing changed
+    kb.close()

@@ -1,8 +1,9 @@
-"""Small documents made by the tests themselves (no binary fixtures): PDFs written by hand, DOCX with
+"""Small documents made by the tests themselves (no binary fixtures): PDFs written by hand (bench/_pdf.py), DOCX with
 python-docx, HTML and Markdown pages. The ``docs`` fixture hands them to the tests of this folder."""
 
 from __future__ import annotations
 
+import importlib.util
 import io
 import types
 from pathlib import Path
@@ -11,6 +12,17 @@ import pytest
 
 import openbook.commands.kb as kb_commands
 from tiny_kb import BowEncoder
+
+
+def _load_pdf_writer():
+    """bench/_pdf.py, the one hand-written PDF writer (bench/ is not a package, so loaded from its file)."""
+    spec = importlib.util.spec_from_file_location("_pdf", Path(__file__).resolve().parents[2] / "bench" / "_pdf.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+PDF = _load_pdf_writer()
 
 
 @pytest.fixture
@@ -33,30 +45,10 @@ def loaded(monkeypatch) -> list[str]:
     return asked
 
 
-def make_pdf(pages: list[str]) -> bytes:
-    """A minimal valid PDF with one line of Helvetica text per page (the xref offsets computed here)."""
-    n = len(pages)
-    kids = " ".join(f"{4 + 2 * i} 0 R" for i in range(n))
-    objects = [
-        b"<< /Type /Catalog /Pages 2 0 R >>",
-        f"<< /Type /Pages /Kids [{kids}] /Count {n} >>".encode(),
-        b"<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica >>",
-    ]
-    for i, text in enumerate(pages):
-        stream = f"BT /F1 12 Tf 72 720 Td ({text}) Tj ET".encode()
-        objects.append(f"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Resources << /Font << /F1 3 0 R "
-                       f">> >> /Contents {5 + 2 * i} 0 R >>".encode())
-        objects.append(b"<< /Length %d >>\nstream\n" % len(stream) + stream + b"\nendstream")
-    out = b"%PDF-1.4\n"
-    offsets = []
-    for number, body in enumerate(objects, start=1):
-        offsets.append(len(out))
-        out += b"%d 0 obj\n" % number + body + b"\nendobj\n"
-    xref = len(out)
-    out += b"xref\n0 %d\n0000000000 65535 f \n" % (len(objects) + 1)
-    out += b"".join(b"%010d 00000 n \n" % offset for offset in offsets)
-    out += b"trailer\n<< /Size %d /Root 1 0 R >>\nstartxref\n%d\n%%%%EOF\n" % (len(objects) + 1, xref)
-    return out
+def make_pdf(pages: list[str], title: str | None = None) -> bytes:
+    """A minimal valid PDF with one line of Helvetica text per page (and ``title`` in its metadata), by the
+    benchmark's writer (bench/_pdf.py)."""
+    return PDF.pdf_bytes([[text] for text in pages], title=title)
 
 
 def encrypted_pdf(pages: list[str], password: str = "secret") -> bytes:

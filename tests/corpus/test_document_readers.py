@@ -53,6 +53,14 @@ def test_pdf_pages_keep_their_numbers(docs, tmp_path):
     assert report.read == {"pdf": 1}
 
 
+def test_pdf_text_and_title_with_parentheses_and_backslashes_read_back_as_written(docs, tmp_path):
+    """The hand-written PDFs (bench/_pdf.py, also the benchmark's) escape what a PDF string cannot hold as is."""
+    pdf = tmp_path / "rates.pdf"
+    pdf.write_bytes(docs.make_pdf(["Rates (net: 5) apply :-) see C:\\rates"], title="Travel (2026"))
+    passages, _ = read(pdf)
+    assert [(p.title, p.text) for p in passages] == [("Travel (2026 > page 1", "Rates (net: 5) apply :-) see C:\\rates")]
+
+
 def test_docx_paragraphs_headings_and_tables(docs, tmp_path):
     passages, report = read(docs.make_docx(tmp_path / "leave.docx"))
     assert [p.title for p in passages] == ["Leave policy > Vacation"]  # a Heading 1 starts a section

@@ -47,6 +47,14 @@ def test_metadata_round_trips_through_build_add_update_and_versions(tmp_path):
     assert kb.lookup(given[4].id)[1].meta == {"source": "c.md"}
     kb.update([{"id": given[5].id, "text": "third", "meta": {"source": "d.md"}}], encode)
     assert kb.lookup(given[5].id)[1].meta == {"source": "d.md"}
+    kb.update([{"id": given[6].id, "text": "fourth", "set_meta": {"lang": "en", "page": 60}}], encode)  # fields set
+    assert kb.lookup(given[6].id)[1].meta == {**given[6].meta, "lang": "en", "page": 60}
+    kb.update([{"id": given[0].id, "text": "fifth", "set_meta": {"lang": "en"}}], encode)  # it had none
+    assert kb.lookup(given[0].id)[1].meta == {"lang": "en"}
+    with pytest.raises(InputError, match="give 'meta' .* or 'set_meta' .*, not both"):
+        kb.update([{"id": given[7].id, "text": "x", "meta": {}, "set_meta": {"lang": "en"}}], encode)
+    with pytest.raises(InputError, match="metadata field 'lang' must be a string, number or boolean"):
+        kb.update([{"id": given[7].id, "text": "x", "set_meta": {"lang": ["en"]}}], encode)
     old = kb.at_version(1)
     assert metas(old) == {p.id: p.meta for p in given}
     old.close()

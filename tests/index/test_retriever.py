@@ -165,12 +165,13 @@ def test_rag_retrieves_through_each_retriever(parts, name):
 
 
 class EveryOtherRow(Retriever):
-    """A toy stand-in for a sharded or remote retriever: any subclass with ``search`` plugs in."""
+    """A toy stand-in for a sharded or remote retriever: any subclass with ``search`` plugs in (this one
+    keeps no metadata, so it takes ``where`` and ignores it)."""
 
     name = "toy"
     scaled = False
 
-    def search(self, questions, k):
+    def search(self, questions, k, where=None):
         ids = np.tile(np.arange(0, 2 * k, 2) % len(self.kb), (len(questions), 1))
         return np.linspace(1.0, 0.0, k, dtype=np.float32)[None].repeat(len(questions), 0), ids
 
@@ -181,6 +182,57 @@ def test_a_new_retriever_plugs_into_rag_without_touching_it(parts):
     (answer,) = rag.ask(["capital of france"], num_beams=1, max_new_tokens=2)
     assert [p.id for p in answer.passages] == ["p0", "p2"]
     assert abs(sum(p.prob for p in answer.passages) - 1.0) <= probability_sum_bound(2)
+
+
+class TellMeTheFilter:
+    """A knowledge base whose ``search`` insists on being told ``where``, even when it is None."""
+
+    def __init__(self, inner):
+        self.inner, self.told = inner, []
+
+    def __getattr__(self, name):
+        return getattr(self.inner, name)
+
+    def __len__(self):
+        return len(self.inner)
+
+    def search(self, questions, k, *, where):
+        self.told.append(where)
+        return self.inner.search(questions, k, where=where)
+
+
+def test_every_retriever_and_knowledge_base_search_takes_where_none(parts):
+    """One interface, as ParlAI's one abstract retriever: every search takes ``where=None``, and every caller
+    passes it, filter or not (no caller picks its keyword arguments by whether a filter was given)."""
+    import inspect
+
+    from openbook.index.kb import KnowledgeBase
+    from openbook.index.protocol import KnowledgeBaseLike
+    from openbook.index.sharded import ShardedKnowledgeBase
+
+    for cls in [Retriever, DenseRetriever, BM25Retriever, HybridRetriever, KnowledgeBase, ShardedKnowledgeBase,
+                KnowledgeBaseLike]:
+        where = inspect.signature(cls.search).parameters.get("where")
+        assert where is not None and where.default is None, cls.__name__
+    encoder, kb, generator = parts
+    told = TellMeTheFilter(kb)
+    DenseRetriever(told, encoder).retrieve(["capital of france"], 2)
+    DenseRetriever(told, encoder.encode_queries).retrieve(["capital of france"], 2)
+    DenseRetriever(told, encoder).search_ids(["capital of france"], 2)
+    assert told.told == [None, None, None]
+
+    class Toy(EveryOtherRow):
+        told: list = []
+
+        def search(self, questions, k, *, where):
+            self.told.append(where)
+            return super().search(questions, k, where=where)
+
+    toy = Toy(kb)
+    rag = RAG(encoder, generator, kb, k=2, retriever=toy)
+    rag.retrieve(["capital of france"])
+    HybridRetriever(kb, [toy, BM25Retriever(kb, progress=False)]).retrieve(["capital of france"], 2)
+    assert toy.told == [None, None]
 
 
 def test_use_knowledge_base_swaps_the_retrievers_index(parts, tmp_path):

@@ -34,6 +34,12 @@ BOOKS = {  # two knowledge bases whose passages differ, so the same question get
 }
 
 
+def meta(book: str, i: int, title: str) -> dict:
+    """A passage's metadata: the readers' keys and a user field that looks like markup (the page shows it as text)."""
+    return {"owner": "<b>ops</b> & co", "modified": "2026-11-27T12:00:00Z", "page": i + 1, "section": title,
+            "source": f"{book}/notes.md"}
+
+
 def load_script(name: str):
     spec = importlib.util.spec_from_file_location(name, ROOT / "scripts" / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
@@ -128,7 +134,7 @@ def server(tmp_path_factory):
     root = tmp_path_factory.mktemp("books")
     encoder = tiny_encoder()
     for name, rows in BOOKS.items():
-        passages = [Passage(f"{name}:{i}", title, text) for i, (title, text) in enumerate(rows)]
+        passages = [Passage(f"{name}:{i}", title, text, meta=meta(name, i, title)) for i, (title, text) in enumerate(rows)]
         build_knowledge_base(passages, encoder, root / name, progress=False)
     tok = bart_tokenizer()
     # seed 7: a random generator whose greedy answer to QUESTION starts with another word over each book
@@ -229,6 +235,14 @@ def check_result(page, want: dict) -> None:
     assert len(streamed) >= min(2, len(answer["tokens"])), texts
     titles = page.locator("#passages .passage-title").all_inner_texts()
     assert titles == [p["title"] for p in answer["passages"]] and len(titles) == K
+    # each passage's metadata on one line under it: the readers' keys first, then the user's, all as text
+    lines = page.locator("#passages .passage-meta")
+    assert lines.count() == K
+    for z, p in enumerate(answer["passages"]):
+        items = lines.nth(z).locator(".meta-item").all_inner_texts()
+        assert items == [f"{key}: {p['meta'][key]}" for key in ["source", "section", "page", "modified", "owner"]]
+        assert p["meta"]["owner"] == "<b>ops</b> & co"
+    assert page.locator("#passages .passage-meta b").count() == 0  # the markup-like value stayed text
     labels = page.locator("#passages .bar-label").all_inner_texts()
     assert labels[0] == f"p(z|x) {answer['passages'][0]['prob']:.3f}"
     assert labels[1] == f"posterior {answer['passages'][0]['posterior']:.3f}"

@@ -192,13 +192,14 @@ def add_passages(path, passages, encode_passages: EncodePassages, batch_size: in
     return version
 
 
-def _normalise_update(item, position: int) -> tuple[str, str, str | None, str, dict | None]:
-    """``(where, id, title or None, text, meta or None)`` of one update (Passage, SourcePassage or dict)."""
+def _normalise_update(item, position: int) -> tuple[str, str, str | None, str, dict | None, dict | None]:
+    """``(where, id, title or None, text, meta or None, set_meta or None)`` of one update (Passage, SourcePassage
+    or dict)."""
     where = f"update {position}"
     if isinstance(item, SourcePassage):
         where, item = item.where, item.passage
     if isinstance(item, Passage):
-        return where, item.id, item.title, item.text, item.meta
+        return where, item.id, item.title, item.text, item.meta, None
     if isinstance(item, dict):
         where = str(item.get("where", where))
         pid, title, text = item.get("id"), item.get("title"), item.get("text")
@@ -208,42 +209,54 @@ def _normalise_update(item, position: int) -> tuple[str, str, str | None, str, d
             raise InputError(f"{where}: an update needs the new 'text' (a non-empty string)")
         if title is not None and not isinstance(title, str):
             raise InputError(f"{where}: 'title' must be a string")
-        meta = item.get("meta")
-        if meta_problem(meta) is not None:
-            raise InputError(f"{where}: {meta_problem(meta)}")
-        return where, pid, title, text, meta
+        meta, set_meta = item.get("meta"), item.get("set_meta")
+        if meta is not None and set_meta is not None:
+            raise InputError(f"{where}: give 'meta' (all of the metadata) or 'set_meta' (some fields), not both")
+        for value in (meta, set_meta):
+            if meta_problem(value) is not None:
+                raise InputError(f"{where}: {meta_problem(value)}")
+        return where, pid, title, text, meta, set_meta
     raise InputError(f"{where}: expected a Passage or a dict with id, text and optionally title, "
                      f"got {type(item).__name__}")
+
+
+def _new_meta(old: dict | None, meta: dict | None, set_meta: dict | None) -> dict | None:
+    """An updated passage's metadata: ``meta`` if given, else the old with ``set_meta``'s fields set."""
+    if meta is not None:
+        return meta
+    return {**(old or {}), **set_meta} if set_meta else old  # metadata is kept
 
 
 def update_passages(path, updates, encode_passages: EncodePassages, progress: bool = False,
                     description: str | None = None) -> int:
     """Replace the text (and optionally the title) of existing passages, as a new version.
 
-    ``updates``: Passages, or dicts ``{"id", "text", "title" (optional: keep the old title)}``. Each old
-    row is marked deleted in the new version and a new row with the same passage id is added.
+    ``updates``: Passages, or dicts ``{"id", "text", "title" (optional: keep the old title)}`` with optionally
+    ``"meta"`` (the new metadata, all of it) or ``"set_meta"`` (fields set in the old metadata, the others kept;
+    what ``kb update --meta-fields`` gives); without either the old metadata is kept. Each old row is marked
+    deleted in the new version and a new row with the same passage id is added.
     """
     path = Path(path)
     items = [_normalise_update(item, n) for n, item in enumerate(updates, start=1)]
     if not items:
         raise InputError("no updates given")
     seen: dict[str, str] = {}
-    for where, pid, _, _, _ in items:
+    for where, pid, *_ in items:
         if pid in seen:
             raise InputError(f"{where}: passage id {pid!r} is updated twice (also at {seen[pid]})")
         seen[pid] = where
     with _edit(path, "update") as (manifest, store, version):
-        rows = store.live_rows([pid for _, pid, _, _, _ in items])
-        unknown = [pid for _, pid, _, _, _ in items if pid not in rows]
+        rows = store.live_rows([pid for _, pid, *_ in items])
+        unknown = [pid for _, pid, *_ in items if pid not in rows]
         if unknown:
             raise InputError(f"knowledge base {path} has no passage {_describe_ids(unknown)}; "
                              f"use `openbook kb add` for new passages")
-        old = dict(zip([pid for _, pid, _, _, _ in items], store.get([rows[pid] for _, pid, _, _, _ in items])))
+        old = dict(zip([pid for _, pid, *_ in items], store.get([rows[pid] for _, pid, *_ in items])))
         documents = store.row_documents(list(rows.values()))  # an updated passage stays in its document
         new = [SourcePassage(where, Passage(pid, old[pid].title if title is None else title, text,
-                                            old[pid].meta if meta is None else meta),  # metadata is kept
+                                            _new_meta(old[pid].meta, meta, set_meta)),
                              *documents.get(rows[pid], (None, None)))
-               for where, pid, title, text, meta in items]
+               for where, pid, title, text, meta, set_meta in items]
         with store.transaction():
             store.mark_deleted(list(rows.values()), version)
         writer = _embeddings_writer_for(path, manifest)

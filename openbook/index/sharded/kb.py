@@ -388,8 +388,7 @@ class ShardedKnowledgeBase:
             k = total
         queries = np.ascontiguousarray(query_vectors, dtype=np.float32)
         live = [s for s, count in enumerate(counts) if count]
-        extra = () if where is None else (where,)
-        pending = [self._handles[s].submit("search", snap.shard_versions[s], queries, k, *extra) for s in live]
+        pending = [self._handles[s].submit("search", snap.shard_versions[s], queries, k, where) for s in live]
         results = [self._handles[s].gather([p])[0] for s, p in zip(live, pending)]
         scores, rows = merge_topk([(s, sc, r) for s, (sc, r) in zip(live, results)], self.num_shards, k)
         if scores.shape[1] < k:

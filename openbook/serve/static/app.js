@@ -183,11 +183,26 @@ function bar(label, value, kind) {
   return el("div", { className: "bar-row" }, el("span", { className: "bar-label" }, `${label} ${fmt(value)}`), track);
 }
 
+// the readers' metadata keys first, in this order; the fields a user kept follow in the API's order
+const META_ORDER = ["source", "section", "page", "type", "modified"];
+
+function metaLine(meta) {
+  // one compact line "source: a.md · page: 3 · …", every key and value as text (the values are user data)
+  const rank = (key) => (META_ORDER.includes(key) ? META_ORDER.indexOf(key) : META_ORDER.length);
+  const entries = Object.entries(meta || {}).filter(([, value]) => value != null && value !== "")
+    .sort(([a], [b]) => rank(a) - rank(b));
+  if (!entries.length) return null;
+  const items = entries.map(([key, value]) => el("span", { className: "meta-item" },
+    el("span", { className: "meta-key" }, `${key}:`), ` ${value}`));
+  return el("p", { className: "passage-meta muted small" }, ...items.flatMap((item, i) => (i ? [" · ", item] : [item])));
+}
+
 function showPassages(passages) {
   const list = $("passages");
   list.replaceChildren(...passages.map((p) => el("li", { className: "passage" },
     el("h3", { className: "passage-title" }, p.title || p.id),
     el("p", { className: "passage-text" }, p.text),
+    metaLine(p.meta),
     bar("p(z|x)", p.prob, "prior"),
     bar("posterior", p.posterior, "posterior"),
     el("p", { className: "muted small" }, `id ${p.id} · score ${p.score == null ? "–" : p.score.toFixed(2)}`),
