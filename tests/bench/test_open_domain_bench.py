@@ -103,3 +103,12 @@ def test_triviaqa_is_no_data_without_a_file(bench, tmp_path):
     assert bench.triviaqa_file(tmp_path, None) == tmp_path / "triviaqa-dev.jsonl"
     with pytest.raises(argparse.ArgumentTypeError, match="squad"):
         bench.task_list("nq,squad")
+
+
+def test_every_retrieval_step_runs_before_the_model_steps(bench, tmp_path):
+    plan = {task: bench.qa_steps(task, Path("q"), task, Path("d"), "dpr", tmp_path, []) for task in ("nq", "webquestions")}
+    plan["fever"] = bench.fever_steps(Path("h"), Path("t"), tmp_path, [])
+    order = [(task, step) for task, step, _ in bench.ordered(plan)]
+    assert order[:6] == [(t, f"recall-{r}") for t in ("nq", "webquestions") for r in bench.RETRIEVERS]
+    assert order[6:] == [("nq", "em"), ("webquestions", "em"), ("fever", "fever")]
+    assert bench.questions_of({"result": {"n3": 25}}) == 25 and bench.questions_of({"result": {"n": 5}}) == 5
