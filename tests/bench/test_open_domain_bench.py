@@ -111,4 +111,6 @@ def test_every_retrieval_step_runs_before_the_model_steps(bench, tmp_path):
     order = [(task, step) for task, step, _ in bench.ordered(plan)]
     assert order[:6] == [(t, f"recall-{r}") for t in ("nq", "webquestions") for r in bench.RETRIEVERS]
     assert order[6:] == [("nq", "em"), ("webquestions", "em"), ("fever", "fever")]
+    assert [step for _, step, _ in bench.ordered(plan, "model")] == ["em", "em", "fever"]
+    assert {step for _, step, _ in bench.ordered(plan, "recall")} == {f"recall-{r}" for r in bench.RETRIEVERS}
     assert bench.questions_of({"result": {"n3": 25}}) == 25 and bench.questions_of({"result": {"n": 5}}) == 5
