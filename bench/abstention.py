@@ -1,27 +1,29 @@
 """Abstention of the shipped default: when should `openbook ask` say the knowledge base holds no answer?
 
-The mixed set (issue 31 item 6):
+Two sets of held-out questions, neither ever trained on (``scripts/split_qa_data.py``'s held-out fifths):
 
-* **answerable**: the questions of the NQ held-out fifth (``scripts/split_qa_data.py``: every fifth question of
-  ``nq-open-oracle.dev-split.jsonl.gz``, never trained on) that the default answers right today (exact match, with
-  ``openbook ask``'s own settings): those of ``--nq-report`` (the model card's report, made with them), checked
-  against the bench's own answers;
-* **unanswerable**: held-out WebQuestions and CuratedTrec questions (their held-out fifths, never trained on)
-  whose answer is in none of the top k passages of the demo knowledge base (DPR's has_answer; CuratedTrec's
-  patterns as regexes), a seeded sample as large as the answerable part.
+* **development** (run 1's mixed set): *answerable*, the questions of the NQ fifth that the default answers right
+  today (exact match, with `openbook ask`'s settings; those of ``--nq-report``, the model card's report, checked
+  against the bench's own answers); *unanswerable*, as many WebQuestions and CuratedTrec questions whose answer is
+  in none of the top k passages of the demo knowledge base (DPR's has_answer; CuratedTrec's patterns as regexes),
+  drawn with ``--seed``. The signal is chosen, weighted and its threshold set here, and nowhere else.
+* **test** (fresh): every other held-out WebQuestions and CuratedTrec question. *Answerable*: those with the answer
+  in the top k that the default answers right today (exact match; CuratedTrec: its patterns); *unanswerable*: those
+  with the answer in none of the top k. WebQuestions and CuratedTrec questions are on both sides here, so a signal
+  that only told NQ's style of question from theirs would fail.
 
-For every question it asks it records the candidate signals: the top-1 retrieval score d(z)^T q(x) (MiniLM
-cosine), the largest p(z|x), the answer's length-normalised log-likelihood log p(y|x) per token
-(``Answer.logprob``), and ``combined``, the top score plus a weight times the log-likelihood (the direction of a
-class-balanced logistic regression fitted on the calibration half). The answers are cached (``--work``, default
-``$OPENBOOK_CACHE/bench/abstention``), so a second run only calibrates; ``--cached-only`` scores a partial cache.
+The features of each answer are :func:`openbook.rag.abstain.abstain_features` (top retrieval score, log p(y|x) per
+token, the p(z|x) of the passages containing the answer, its length in words). The candidate signals: the top
+score alone, the log-likelihood alone, run 1's ``top + w * logprob``, and ``combined`` (all four). Each is scored
+on the development set by repeated two-fold cross-validation (weights = the direction of a class-balanced
+logistic regression, threshold = the largest keeping ``--keep`` of the fold's answerable); the one abstaining on
+most held-out-fold unanswerable wins, is fitted on the whole development set, and only then is the test set
+scored: the share of the answerable still answered, of the unanswerable abstained on (95% bootstrap intervals),
+and the exact match of all the questions asked before (all answered) and after abstention.
 
-The set is split in two halves (seeded, per part). On the calibration half, each signal's threshold is the
-largest that still answers ``--keep`` of the answerable (the answerable scores' lower quantile); the signal that
-abstains on most calibration unanswerable wins. Only then is the test half scored: the share of the answerable
-still answered, of the unanswerable abstained on (with 95% bootstrap intervals), and the exact match of the NQ
-test questions answered, before (all answered) and after abstention. The winner's ``logprob_weight`` belongs in
-``openbook/presets.py`` and its ``threshold`` in the shipped default's ``run.json``.
+Answers are cached (``--work``, default ``$OPENBOOK_CACHE/bench/abstention``; a second run only calibrates).
+The winner's weights belong in ``openbook/presets.py`` (``ABSTAIN_WEIGHTS``) and its threshold in the shipped
+default's ``run.json``.
 
 Usage:  OMP_NUM_THREADS=1 PYTHONPATH=. python bench/abstention.py [--data-dir ../shared/data] [--work DIR]
         [--keep 0.97] [--cached-only]
@@ -47,7 +49,9 @@ sys.path.insert(0, str(REPO / "scripts"))
 from _common import print_header, quiet  # noqa: E402
 from split_qa_data import split  # noqa: E402
 
-SIGNALS = ("top_score", "top_prob", "logprob", "combined")  # combined: top_score + w * logprob
+# candidate signals: the features each weighs (one alone: the feature itself)
+SIGNALS = {"top_score": ("top_score",), "logprob": ("logprob",), "top+logprob": ("top_score", "logprob"),
+           "combined": ("top_score", "logprob", "support", "words")}
 
 
 def load_sets(data_dir: Path) -> tuple[list[dict], list[dict]]:
@@ -68,36 +72,48 @@ def load_sets(data_dir: Path) -> tuple[list[dict], list[dict]]:
     return split(nq)[1], other
 
 
-def unanswerable(rag, rows: list[dict], k: int) -> list[dict]:
-    """The rows whose answer is in none of their top k passages."""
+def retrieve_all(rag, rows: list[dict], k: int) -> dict[str, list[tuple[float, float, str]]]:
+    """question -> its top k as ``(d(z)^T q(x), p(z|x), text)``, as `ask` reads them."""
+    out = {}
+    for start in range(0, len(rows), 64):
+        batch = [r["question"] for r in rows[start: start + 64]]
+        found = rag.retrieve(batch, k)
+        for question, passages, scores, logprobs in zip(batch, found.passages, found.scores.tolist(),
+                                                        found.doc_logprobs.exp().tolist()):
+            out[question] = [(s, p, z.text) for s, p, z in zip(scores, logprobs, passages)]
+    return out
+
+
+def has_answer(row: dict, passages: list[tuple[float, float, str]]) -> bool:
     from openbook.eval.retrieval import answer_in_passage
 
-    kept = []
-    for start in range(0, len(rows), 64):
-        batch = rows[start: start + 64]
-        found = rag.retrieve([r["question"] for r in batch], k).passages
-        for row, passages in zip(batch, found):
-            if not any(answer_in_passage(p.text, row["answers"], row["mode"]) for p in passages):
-                kept.append(row)
-    return kept
+    return any(answer_in_passage(text, row["answers"], row["mode"]) for _, _, text in passages)
+
+
+def right(row: dict, answer: str) -> bool:
+    from openbook.eval.metrics.answers import exact_match, regex_match
+
+    return bool((regex_match if row["mode"] == "regex" else exact_match)(answer, row["answers"]))
 
 
 def answer_all(rag, rows: list[dict], cache: Path, k: int, batch_size: int, cached_only: bool) -> dict[str, dict]:
-    """question -> ``{answer, top_score, top_prob, logprob}``, from ``cache`` (JSON Lines) or asked and appended."""
+    """question -> ``{answer, logprob, features}`` (the features as `ask` saw its passages), from ``cache`` (JSON
+    Lines) or asked and appended."""
+    from openbook.rag.abstain import abstain_features
+
     done = {}
     if cache.exists():
         for line in cache.read_text(encoding="utf-8").splitlines():
             record = json.loads(line)
             done[record["question"]] = record
-    todo = [r["question"] for r in rows if r["question"] not in done]
-    todo = [] if cached_only else list(dict.fromkeys(todo))
+    todo = [] if cached_only else list(dict.fromkeys(r["question"] for r in rows if r["question"] not in done))
     start = time.perf_counter()
     with open(cache, "a", encoding="utf-8") as fh:
         for i in range(0, len(todo), batch_size):
             for question, answer in zip(todo[i: i + batch_size], rag.ask(todo[i: i + batch_size], k=k)):
-                record = {"question": question, "answer": answer.answer,
-                          "top_score": max(p.score for p in answer.passages),
-                          "top_prob": max(p.prob for p in answer.passages), "logprob": answer.logprob}
+                seen = [(p.score, p.prob, p.text) for p in answer.passages]
+                record = {"question": question, "answer": answer.answer, "logprob": answer.logprob,
+                          "features": abstain_features(answer.answer, seen, answer.logprob)}
                 done[question] = record
                 fh.write(json.dumps(record, ensure_ascii=False) + "\n")
             fh.flush()
@@ -110,22 +126,33 @@ def interleave(*parts: list) -> list:
     return [row for group in itertools.zip_longest(*parts) for row in group if row is not None]
 
 
-def logprob_weight(answerable: list[dict], unanswerable: list[dict], steps: int = 5000) -> float:
-    """w of ``top_score + w * logprob``: the direction of a class-balanced logistic regression on the two
-    (standardised) signals, fitted by gradient descent on the calibration half."""
+def fit_weights(answerable: list[dict], unanswerable: list[dict], names: tuple[str, ...],
+                steps: int = 5000) -> dict[str, float]:
+    """The weights of ``names`` (per unit of each feature): the direction of a class-balanced logistic regression
+    on the (standardised) features, fitted by gradient descent; the intercept is the threshold's to set."""
     import numpy as np
 
-    x = np.array([[r["top_score"], r["logprob"]] for r in answerable + unanswerable], dtype=np.float64)
+    x = np.array([[f[c] for c in names] for f in answerable + unanswerable], dtype=np.float64)
     y = np.r_[np.ones(len(answerable)), np.zeros(len(unanswerable))]
-    mean, std = x.mean(0), x.std(0)
+    mean, std = x.mean(0), x.std(0) + 1e-12
     z = (x - mean) / std
     balance = np.where(y == 1, len(y) / (2 * len(answerable)), len(y) / (2 * len(unanswerable)))
-    w, b = np.zeros(2), 0.0
+    w, b = np.zeros(len(names)), 0.0
     for _ in range(steps):
         g = (1 / (1 + np.exp(-(z @ w + b))) - y) * balance
         w -= 0.5 * z.T @ g / len(y)
         b -= 0.5 * g.mean()
-    return float((w[1] / std[1]) / (w[0] / std[0]))
+    return {name: round(float(weight), 4) for name, weight in zip(names, w / std)}  # 4 decimals, as shipped
+
+
+def signal_of(name: str, answerable: list[dict], unanswerable: list[dict]):
+    """(features -> score, the weights) of candidate ``name`` fitted on the two lists."""
+    from openbook.rag.abstain import combined_score
+
+    if len(SIGNALS[name]) == 1:
+        return (lambda f: f[name]), {}
+    weights = fit_weights(answerable, unanswerable, SIGNALS[name])
+    return (lambda f: combined_score(f, weights)), weights
 
 
 def halves(rows: list, seed: int) -> tuple[list, list]:
@@ -139,6 +166,21 @@ def threshold_keeping(scores: list[float], keep: float) -> float:
     score >= t)."""
     ordered = sorted(scores)
     return math.floor(ordered[min(len(ordered) - 1, int((1.0 - keep) * len(ordered)))] * 1e4) / 1e4
+
+
+def cross_validate(name: str, answerable: list[dict], unanswerable: list[dict], keep: float,
+                   rounds: int, seed: int) -> tuple[float, float]:
+    """Mean (share of answerable kept, of unanswerable abstained on) over ``rounds`` seeded two-fold splits:
+    fitted and thresholded on one half, scored on the other, both ways."""
+    kept, abstained = [], []
+    for r in range(rounds):
+        a, u = halves(answerable, seed + 2 * r), halves(unanswerable, seed + 2 * r + 1)
+        for fit, held in ((0, 1), (1, 0)):
+            score, _ = signal_of(name, a[fit], u[fit])
+            t = threshold_keeping([score(f) for f in a[fit]], keep)
+            kept += [score(f) >= t for f in a[held]]
+            abstained += [score(f) < t for f in u[held]]
+    return share(kept), share(abstained)
 
 
 def share(flags: list[bool]) -> float:
@@ -158,8 +200,9 @@ def main(argv=None) -> None:
     p.add_argument("--data-dir", default=str(REPO.parent / "shared" / "data"), help="../shared/data's files")
     p.add_argument("--work", default=None, help="cache of answers (default: $OPENBOOK_CACHE/bench/abstention)")
     p.add_argument("--k", type=int, default=5)
-    p.add_argument("--keep", type=float, default=0.97, help="share of calibration answerable to keep answering")
+    p.add_argument("--keep", type=float, default=0.97, help="share of development answerable to keep answering")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--rounds", type=int, default=20, help="two-fold splits of the development set per signal")
     p.add_argument("--batch-size", type=int, default=8)
     p.add_argument("--nq-report", default=str(REPO / "docs" / "models" / "default" / "nq-fp32" / "report.json"),
                    help="the default's answers to the NQ fifth with ask's settings: which it answers right today")
@@ -167,70 +210,88 @@ def main(argv=None) -> None:
     args = p.parse_args(argv)
     print_header()
     quiet()
-    from openbook.eval.metrics.answers import exact_match
     from openbook.models.loading import cache_dir
     from openbook.rag import RAG
-    from openbook.rag.abstain import combined_score
+    from openbook.rag.abstain import abstain_features
 
     work = Path(args.work) if args.work else cache_dir() / "bench" / "abstention"
     work.mkdir(parents=True, exist_ok=True)
     nq, other = load_sets(Path(args.data_dir))
     today = {p["input"]: p for p in json.loads(Path(args.nq_report).read_text(encoding="utf-8"))["predictions"]}
-    right = today_right = {r["question"] for r in nq if today[r["question"]]["scores"]["exact_match"]}
+    nq_right = [r for r in nq if today[r["question"]]["scores"]["exact_match"]]
     rag = RAG.load()  # the shipped default, as `openbook ask` loads it
-    pool = unanswerable(rag, other, args.k)
-    print(f"NQ held-out fifth: {len(nq)} questions, {len(right)} right today ({args.nq_report}); "
-          f"{len(pool)} of {len(other)} WebQuestions/CuratedTrec held-out questions unanswerable", flush=True)
+    passages = retrieve_all(rag, nq + other, args.k)
+    pool = [r for r in other if not has_answer(r, passages[r["question"]])]
+    found = [r for r in other if has_answer(r, passages[r["question"]])]
     random.Random(args.seed).shuffle(pool)
-    pool = pool[: len(right)]  # as many unanswerable as answerable
-    nq_cal, nq_test = halves(nq, args.seed)
-    un_cal, un_test = halves(pool, args.seed + 1)
-    # what the figures need, the two parts interleaved (so that a partial cache is balanced): the calibration
-    # half's answerable and unanswerable, the test half's, then the test half's NQ questions answered wrong
-    needed = interleave([r for r in nq_cal if r["question"] in right], un_cal,
-                        [r for r in nq_test if r["question"] in right], un_test)
-    needed += [r for r in nq_test if r["question"] not in right]
+    dev_un, test_un = pool[: len(nq_right)], pool[len(nq_right):]  # as many unanswerable as answerable
+    print(f"development: {len(nq_right)} of the {len(nq)} NQ held-out questions right today ({args.nq_report}), "
+          f"{len(dev_un)} of {len(pool)} unanswerable WebQuestions/CuratedTrec held-out questions; test: the "
+          f"{len(test_un)} other unanswerable and the {len(found)} with the answer in the top {args.k}", flush=True)
+    # the development set first (interleaved, so that a partial cache is balanced), then the test set, then the
+    # NQ questions answered wrong (exact match before and after)
+    needed = interleave(nq_right, dev_un) + interleave(found, test_un)
+    needed += [r for r in nq if r not in nq_right]
     got = answer_all(rag, needed, work / "answers.jsonl", args.k, args.batch_size, args.cached_only)
-    nq_cal, nq_test, un_cal, un_test = ([r for r in rows if r["question"] in got]
-                                        for rows in (nq_cal, nq_test, un_cal, un_test))
-    changed = sum(got[r["question"]]["answer"] != today[r["question"]]["prediction"] for r in nq_cal + nq_test)
-    print(f"answers differing from the report's: {changed} of {len(nq_cal) + len(nq_test)}")
-    right = {r["question"] for r in nq_cal + nq_test if exact_match(got[r["question"]]["answer"], r["answers"])}
-    figures: dict = {"k": args.k, "keep_target": args.keep, "nq": len(nq), "nq_right_today": len(today_right),
-                     "unanswerable": len(pool), "answers_differing_from_report": changed}
-    cal_answerable = [got[r["question"]] for r in nq_cal if r["question"] in right]
-    weight = round(logprob_weight(cal_answerable, [got[r["question"]] for r in un_cal]), 4)  # as shipped
-    for record in got.values():
-        record["combined"] = combined_score(record["top_score"], record["logprob"], weight)
-    figures["logprob_weight"] = round(weight, 4)
-    chosen, best = None, -1.0
-    print(f"\ncalibration half: {len(cal_answerable)} answerable, {len(un_cal)} unanswerable")
-    for signal in SIGNALS:
-        t = threshold_keeping([got[r["question"]][signal] for r in nq_cal if r["question"] in right], args.keep)
-        abstain = share([got[r["question"]][signal] < t for r in un_cal])
-        print(f"  {signal:10s} threshold {t:.4f}: abstains on {abstain:.1%} of the unanswerable")
-        figures[f"calibration_{signal}"] = {"threshold": round(t, 4), "abstain_unanswerable": round(abstain, 3)}
-        if abstain > best:
-            chosen, best, threshold = signal, abstain, t
+    feats = {q: abstain_features(g["answer"], passages[q], g["logprob"]) for q, g in got.items()}
+    changed = sum(got[r["question"]]["answer"] != today[r["question"]]["prediction"]
+                  for r in nq if r["question"] in got)
+    drift = max((abs(g["features"][n] - feats[q][n]) for q, g in got.items() if "features" in g
+                 for n in g["features"]), default=0.0)
+    print(f"NQ answers differing from the report's: {changed}; largest difference of a feature as ask saw it to "
+          f"the bench's (passages retrieved again): {drift:.2g}")
 
-    kept = [got[r["question"]][chosen] >= threshold for r in nq_test if r["question"] in right]
-    abstained = [got[r["question"]][chosen] < threshold for r in un_test]
-    em_before = [bool(exact_match(got[r["question"]]["answer"], r["answers"])) for r in nq_test]
-    em_after = [em for em, r in zip(em_before, nq_test) if got[r["question"]][chosen] >= threshold]
-    figures.update(signal=chosen, threshold=round(threshold, 4), test_answerable=len(kept),
-                   test_unanswerable=len(abstained), answered_right=round(share(kept), 3),
-                   answered_right_ci=bootstrap(kept, args.seed), abstain_unanswerable=round(share(abstained), 3),
-                   abstain_unanswerable_ci=bootstrap(abstained, args.seed),
-                   nq_test=len(nq_test), nq_test_answered=len(em_after), em_before=round(share(em_before), 3),
-                   em_after=round(share(em_after), 3))
-    figures["meets_targets"] = figures["answered_right"] >= 0.95 and figures["abstain_unanswerable"] >= 0.70
-    print(f"\ntest half, {chosen} < {threshold:.4f} abstains:")
-    print(f"  answerable (right today) still answered: {sum(kept)}/{len(kept)} = {share(kept):.1%} "
-          f"(95% CI {figures['answered_right_ci']})")
-    print(f"  unanswerable abstained on:               {sum(abstained)}/{len(abstained)} = {share(abstained):.1%} "
-          f"(95% CI {figures['abstain_unanswerable_ci']})")
-    print(f"  NQ test questions: exact match {share(em_before):.1%} of {len(em_before)} answered before, "
-          f"{share(em_after):.1%} of {len(em_after)} answered after")
+    dev_a = [feats[r["question"]] for r in nq if r["question"] in got and right(r, got[r["question"]]["answer"])]
+    dev_u = [feats[r["question"]] for r in dev_un if r["question"] in got]
+    figures: dict = {"k": args.k, "keep_target": args.keep, "dev_answerable": len(dev_a),
+                     "dev_unanswerable": len(dev_u),
+                     "nq_answers_differing_from_report": changed, "feature_drift": drift, "cross_validation": {}}
+    print(f"\ndevelopment set, {args.rounds} two-fold splits, threshold keeping {args.keep:.0%} of the fitting half:")
+    chosen, best = None, -1.0
+    for name in SIGNALS:
+        kept, abstain = cross_validate(name, dev_a, dev_u, args.keep, args.rounds, args.seed)
+        print(f"  {name:12s} keeps {kept:.1%} of the answerable, abstains on {abstain:.1%} of the unanswerable")
+        figures["cross_validation"][name] = {"answered_right": round(kept, 3),
+                                             "abstain_unanswerable": round(abstain, 3)}
+        if abstain > best:
+            chosen, best = name, abstain
+    score, weights = signal_of(chosen, dev_a, dev_u)
+    threshold = threshold_keeping([score(f) for f in dev_a], args.keep)
+    print(f"chosen: {chosen}, weights {weights}, threshold {threshold:.4f} (fitted on the whole development set)")
+
+    test_rows = [r for r in found + test_un if r["question"] in got]
+    test_a = [feats[r["question"]] for r in found if r["question"] in got and right(r, got[r["question"]]["answer"])]
+    test_u = [feats[r["question"]] for r in test_un if r["question"] in got]
+    kept = [score(f) >= threshold for f in test_a]
+    abstained = [score(f) < threshold for f in test_u]
+    em_before = [right(r, got[r["question"]]["answer"]) for r in test_rows]
+    em_after = [em for em, r in zip(em_before, test_rows) if score(feats[r["question"]]) >= threshold]
+    nq_asked = [r for r in nq if r["question"] in got]
+    nq_before = [right(r, got[r["question"]]["answer"]) for r in nq_asked]
+    nq_after = [em for em, r in zip(nq_before, nq_asked) if score(feats[r["question"]]) >= threshold]
+    cv = figures["cross_validation"][chosen]
+    figures.update(signal=chosen, weights=weights, threshold=threshold,
+                   answered_right=cv["answered_right"], abstain_unanswerable=cv["abstain_unanswerable"],
+                   test_unanswerable=len(abstained), test_abstain_unanswerable=round(share(abstained), 3),
+                   test_abstain_unanswerable_ci=bootstrap(abstained, args.seed),
+                   test_other_answerable=len(kept), test_other_answered_right=round(share(kept), 3),
+                   test_other_answered_right_ci=bootstrap(kept, args.seed),
+                   nq_asked=len(nq_before), nq_answered=len(nq_after), nq_em_before=round(share(nq_before), 3),
+                   nq_em_after=round(share(nq_after), 3), test_asked=len(em_before), test_answered=len(em_after),
+                   test_em_before=round(share(em_before), 3), test_em_after=round(share(em_after), 3))
+    figures["meets_targets"] = (cv["answered_right"] >= 0.95 and cv["abstain_unanswerable"] >= 0.70
+                                and figures["test_abstain_unanswerable"] >= 0.70)
+    print(f"\nheld out (cross-validated above): answers {cv['answered_right']:.1%} of the NQ questions right today, "
+          f"abstains on {cv['abstain_unanswerable']:.1%} of the unanswerable")
+    print(f"test set, {chosen} < {threshold:.4f} abstains:")
+    print(f"  fresh unanswerable abstained on: {sum(abstained)}/{len(abstained)} = {share(abstained):.1%} "
+          f"(95% CI {figures['test_abstain_unanswerable_ci']})")
+    print(f"  WebQuestions/CuratedTrec questions right today, still answered: {sum(kept)}/{len(kept)} = "
+          f"{share(kept):.1%} (95% CI {figures['test_other_answered_right_ci']}; off the book's topics)")
+    print(f"  all {len(em_before)} test questions: exact match {share(em_before):.1%} answering all, "
+          f"{share(em_after):.1%} of the {len(em_after)} answered")
+    print(f"  the NQ fifth (with its right answers in the fit): exact match {share(nq_before):.1%} of "
+          f"{len(nq_before)} answering all, {share(nq_after):.1%} of the {len(nq_after)} answered")
     print(json.dumps(figures))
 
 

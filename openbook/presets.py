@@ -56,8 +56,9 @@ PAPER = Preset("paper", num_beams=4, decoding="thorough", max_new_tokens=None, d
 PRESETS = {preset.name: preset for preset in (INTERACTIVE, PAPER)}
 
 # What `ask` abstains on (openbook.rag.abstain): "top_score", the top passage's retrieval score d(z)^T q(x);
-# "logprob", the answer's log p(y|x) per token; or "combined", top_score + ABSTAIN_LOGPROB_WEIGHT * logprob.
-# Chosen, weighted, and its threshold calibrated for the shipped default (stored in its run.json), by
-# `PYTHONPATH=. python bench/abstention.py` (docs/results.md, "Abstention").
+# "logprob", the answer's log p(y|x) per token; or "combined", the sum of ABSTAIN_WEIGHTS times the features of
+# openbook.rag.abstain.abstain_features. Chosen, weighted, and its threshold calibrated for the
+# shipped default (stored in its run.json), by `PYTHONPATH=. python bench/abstention.py` (docs/results.md,
+# "Abstention").
 ABSTAIN_SIGNAL = "combined"
-ABSTAIN_LOGPROB_WEIGHT = 0.3451
+ABSTAIN_WEIGHTS = {"top_score": 11.6581, "logprob": 4.8121, "support": 1.7814, "words": -0.2346}

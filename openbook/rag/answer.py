@@ -51,7 +51,8 @@ class Answer:
 
     def decide_abstention(self, threshold: float | None) -> None:
         """Score this answer for abstention and abstain if the score is below ``threshold`` (None: never)."""
-        self.abstain_score = abstain_score([p.score for p in self.passages], self.logprob)
+        passages = [(p.score, p.prob, p.text) for p in self.passages]
+        self.abstain_score = abstain_score(self.answer, passages, self.logprob)
         self.abstain_threshold = threshold
         self.abstained = abstains(self.abstain_score, threshold)
 

@@ -31,11 +31,16 @@ def test_halves_are_seeded_and_disjoint(bench):
     assert bench.interleave([1, 3, 5], [2, 4]) == [1, 2, 3, 4, 5]
 
 
-def test_the_logprob_weight_points_to_the_separating_signal(bench):
-    """Answerable and unanswerable differ only in log-likelihood: the weight grows large and positive."""
-    answerable = [{"top_score": 0.5 + 0.01 * (i % 3), "logprob": -0.2 - 0.01 * i} for i in range(20)]
-    unanswerable = [{"top_score": 0.5 + 0.01 * (i % 3), "logprob": -1.0 - 0.01 * i} for i in range(20)]
-    assert bench.logprob_weight(answerable, unanswerable, steps=500) > 1.0
+def test_the_weights_point_to_the_separating_feature(bench):
+    """Answerable and unanswerable differ only in log-likelihood: its weight grows large and positive, and
+    cross-validation keeps about the share asked for while abstaining on nearly every unanswerable."""
+    answerable = [{"top_score": 0.5 + 0.01 * (i % 3), "logprob": -0.2 - 0.01 * i, "support": 0.5,
+                   "words": 2.0} for i in range(40)]
+    unanswerable = [{**f, "logprob": f["logprob"] - 0.8} for f in answerable]
+    weights = bench.fit_weights(answerable, unanswerable, bench.SIGNALS["combined"], steps=500)
+    assert weights["logprob"] > 1.0 and abs(weights["support"]) + abs(weights["words"]) < 1e-9
+    kept, abstained = bench.cross_validate("combined", answerable, unanswerable, 0.9, rounds=2, seed=0)
+    assert kept >= 0.85 and abstained >= 0.95
     flags = [True] * 3 + [False]
     low, high = bench.bootstrap(flags, seed=0, rounds=200)
     assert 0.0 <= low <= bench.share(flags) <= high <= 1.0

@@ -10,8 +10,8 @@ import math
 import pytest
 
 from openbook.errors import InputError
-from openbook.presets import ABSTAIN_LOGPROB_WEIGHT, ABSTAIN_SIGNAL, INTERACTIVE, PAPER
-from openbook.rag.abstain import abstain_score, abstains, run_threshold
+from openbook.presets import ABSTAIN_SIGNAL, ABSTAIN_WEIGHTS, INTERACTIVE, PAPER
+from openbook.rag.abstain import abstain_features, abstain_score, abstains, combined_score, run_threshold
 from serve_helpers import tiny_rag
 
 QUESTION = "capital of france"
@@ -23,13 +23,30 @@ def test_the_rule_is_one_comparison_and_never_without_a_threshold():
     assert INTERACTIVE.abstain and not PAPER.abstain and "--no-abstain" in PAPER.flags()
 
 
+PASSAGES = [(0.2, 0.125, "Lyon is a city."), (0.7, 0.5, "Zürich is the largest city of Switzerland."),
+            (0.4, 0.375, "The city of ZURICH, switzerland")]
+
+
+def test_the_features_are_read_from_the_answer_and_its_passages():
+    f = abstain_features("zurich, Switzerland", PASSAGES, -1.5)
+    # the answer's words in order, case and accents aside: in the last passage only (the second has "of" between)
+    assert f == {"top_score": 0.7, "logprob": -1.5, "support": 0.375, "words": 2.0}
+    assert abstain_features("Zürich", PASSAGES, None)["support"] == pytest.approx(0.875)
+    assert abstain_features("Switzerland Zurich", PASSAGES, -1.0)["support"] == 0.0  # order matters
+    empty = abstain_features("", [], None)
+    assert empty["support"] == 0.0 and empty["words"] == 0.0 and empty["top_score"] == empty["logprob"] == -math.inf
+
+
 def test_the_score_is_the_chosen_signal():
-    scores, logprob = [0.2, 0.7, 0.4], -1.5
-    expected = {"top_score": 0.7, "logprob": -1.5, "combined": 0.7 - 1.5 * ABSTAIN_LOGPROB_WEIGHT}[ABSTAIN_SIGNAL]
-    assert abstain_score(scores, logprob) == pytest.approx(expected)
+    f = abstain_features("Zürich", PASSAGES, -1.5)
+    expected = {"top_score": 0.7, "logprob": -1.5, "combined": combined_score(f, ABSTAIN_WEIGHTS)}[ABSTAIN_SIGNAL]
+    assert abstain_score("Zürich", PASSAGES, -1.5) == pytest.approx(expected)
+    assert combined_score(f, {"top_score": 2.0, "logprob": 0.5, "support": 0.25, "words": -0.125}) == pytest.approx(
+        1.4 - 0.75 + 0.25 * 0.875 - 0.125)
+    assert combined_score({**f, "logprob": -math.inf}, {"top_score": 1.0, "logprob": 0.0}) == 0.7  # left out
 
 
-CALIBRATED = {"signal": ABSTAIN_SIGNAL, "logprob_weight": ABSTAIN_LOGPROB_WEIGHT}
+CALIBRATED = {"signal": ABSTAIN_SIGNAL, "weights": ABSTAIN_WEIGHTS}
 
 
 def test_a_runs_threshold_is_read_only_for_its_signal():
@@ -37,7 +54,8 @@ def test_a_runs_threshold_is_read_only_for_its_signal():
     assert run_threshold({"abstain": {**CALIBRATED, "threshold": 0.25}}, "run.json") == 0.25
     assert run_threshold({"abstain": {**CALIBRATED, "signal": "something-else", "threshold": 0.25}}, "run.json") is None
     if ABSTAIN_SIGNAL == "combined":  # a threshold for another weighting of the two signals is another signal's
-        other = {**CALIBRATED, "logprob_weight": ABSTAIN_LOGPROB_WEIGHT + 1.0, "threshold": 0.25}
+        other = {**CALIBRATED, "weights": {**ABSTAIN_WEIGHTS, "logprob": ABSTAIN_WEIGHTS["logprob"] + 1.0},
+                 "threshold": 0.25}
         assert run_threshold({"abstain": other}, "run.json") is None
     for bad in (CALIBRATED, {**CALIBRATED, "threshold": "high"}, [0.5]):
         with pytest.raises(InputError, match="run.json"):
@@ -53,7 +71,7 @@ def test_ask_abstains_below_the_threshold_and_says_so(rag):
     (base,) = rag.ask([QUESTION], max_new_tokens=4)
     assert base.abstained is False and base.abstain_threshold is None  # the tiny model has no calibrated threshold
     score = base.abstain_score
-    assert score == abstain_score([p.score for p in base.passages], base.logprob)
+    assert score == abstain_score(base.answer, [(p.score, p.prob, p.text) for p in base.passages], base.logprob)
     (high,) = rag.ask([QUESTION], max_new_tokens=4, abstain_threshold=score + 1.0)
     (low,) = rag.ask([QUESTION], max_new_tokens=4, abstain_threshold=score - 1.0)
     assert high.abstained and not low.abstained
