@@ -8,9 +8,9 @@ the highest marginal likelihood). Its 2-way accuracy reads the same label likeli
 gold label is SUPPORTS or REFUTES, the likelier of those two (:func:`two_way_accuracy`), so a run trained
 3-way (or 2-way, ``--task fever2``) serves both. The majority class is the most frequent label of the
 *training* part (``--train``), never of the claims scored. The title overlap
-(:func:`openbook.eval.tasks.fever.gold_title_overlap`) is measured on the RAG run's top ``overlap_k``
-passages, also restricted to the claims whose gold article is in the knowledge base at all: the demo
-knowledge base lacks most FEVER evidence pages."""
+(:func:`overlap_headline`, through :func:`openbook.eval.metrics.gold_title_overlap`) is measured on the RAG
+run's top ``overlap_k`` passages, also restricted to the claims whose gold article is in the knowledge base
+at all: the demo knowledge base lacks most FEVER evidence pages."""
 
 from __future__ import annotations
 
@@ -18,6 +18,7 @@ from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
 
+from openbook.errors import InputError
 from openbook.experiments.report import (
     EvalSettings,
     bar_plot,
@@ -57,6 +58,42 @@ def two_way_accuracy(rows: Sequence[dict]) -> tuple[float | None, int]:
     return accuracy(predictions, [row["golds"][0] for row in kept]), len(kept)
 
 
+def overlap_headline(retrieved: Sequence[Sequence[str]], gold: Sequence[Sequence[str]], k: int,
+                     kb_titles: set[str] | None = None) -> dict[str, float | int | None]:
+    """The headline's ``gold_title_overlap``: :func:`~openbook.eval.metrics.gold_title_overlap` at 1 and ``k``
+    (titles compared by :func:`~openbook.eval.metrics.title_key`), over all verifiable claims and over those
+    whose gold article is in the knowledge base.
+
+    ``retrieved[i]``: the titles of claim i's passages, best first; ``gold[i]``: its evidence titles (claims
+    without any, NOT ENOUGH INFO, are left out). Returns ``claims`` (verifiable ones), ``top1`` and
+    ``top{k}`` (fractions of them whose top 1 / top k passages include a gold article); with ``kb_titles``
+    (the knowledge base's titles) also ``in_kb`` (the fraction whose gold article is in the knowledge base
+    at all), ``claims_in_kb`` and ``top1_in_kb`` / ``top{k}_in_kb`` (the same fractions among those claims).
+    A fraction of no claims is None (JSON null)."""
+    from openbook.eval.metrics import gold_title_overlap, title_key
+
+    if len(retrieved) != len(gold):
+        raise InputError(f"{len(retrieved)} retrievals for {len(gold)} claims")
+
+    def fractions(golds: Sequence[Sequence[str]]) -> tuple[float | None, float | None]:
+        if not any(golds):
+            return None, None
+        found = gold_title_overlap(retrieved, golds, (1, k))
+        return found[1], found[k]
+
+    claims = sum(bool(golds) for golds in gold)
+    top1, topk = fractions(gold)
+    out: dict[str, float | int | None] = {"claims": claims, "top1": top1, f"top{k}": topk}
+    if kb_titles is not None:
+        known = {title_key(t) for t in kb_titles}
+        in_kb = [golds if any(title_key(t) in known for t in golds) else [] for golds in gold]
+        inside = sum(bool(golds) for golds in in_kb)
+        top1_in_kb, topk_in_kb = fractions(in_kb)
+        out.update({"in_kb": inside / claims if claims else None, "claims_in_kb": inside,
+                    "top1_in_kb": top1_in_kb, f"top{k}_in_kb": topk_in_kb})
+    return out
+
+
 def retrieved_titles(rag, inputs: list[str], k: int, batch_size: int) -> list[list[str]]:
     """The titles of each input's top-k passages, best first."""
     import torch
@@ -75,7 +112,7 @@ def run_fever(runs: dict[str, str], train: str, settings: EvalSettings, out_dir:
     ``train``: the training part (its label distribution gives the majority class); ``settings.data``: the
     held-out claims."""
     from openbook.eval.tasks import get_task
-    from openbook.eval.tasks.fever import FEVER_LABELS, gold_title_overlap
+    from openbook.eval.tasks.fever import FEVER_LABELS
 
     task = get_task("fever3")
     examples = task.read(settings.data, limit=settings.limit)
@@ -98,8 +135,8 @@ def run_fever(runs: dict[str, str], train: str, settings: EvalSettings, out_dir:
             if name == "rag":
                 titles = retrieved_titles(model, [ex.input for ex in examples], overlap_k, settings.batch_size)
                 kb_titles = {p.title for p in model.kb if p.title}
-                found = gold_title_overlap(titles, [ex.meta.get("evidence_titles", []) for ex in examples],
-                                           overlap_k, kb_titles)
+                found = overlap_headline(titles, [ex.meta.get("evidence_titles", []) for ex in examples],
+                                         overlap_k, kb_titles)
             return report, found
 
         report, found = with_model(runs[name], "closed-book" if name == "closed-book" else "rag-sequence",

@@ -22,6 +22,7 @@ from openbook.eval.metrics import (
     regex_match,
     rouge_l,
     sentence_bleu_1,
+    title_key,
     token_f1,
     word_tokens,
 )
@@ -299,6 +300,24 @@ def test_gold_title_overlap():
         gold_title_overlap([["A"]], [set()])
     with pytest.raises(InputError, match="length"):
         gold_title_overlap([["A"]], [])
+    # any k (the FEVER experiment's --overlap-k); a claim is a hit if any of its gold articles is retrieved
+    retrieved = [["Paris", "France"], ["Rome", "Savages (2012 film)"], ["Everest", "Nepal"], ["Nobel", "Alfred Nobel"]]
+    golds = [["Paris"], ["Savages_-LRB-2012_film-RRB-"], ["K2"], ["Nobel_Prize", "Alfred_Nobel"]]
+    assert gold_title_overlap(retrieved, golds, ks=(1, 2)) == {1: 1 / 4, 2: 3 / 4}
+    assert gold_title_overlap(retrieved, golds, ks=1) == {1: 1 / 4}
+
+
+def test_title_key_reads_fever_and_knowledge_base_titles_alike():
+    assert title_key("Savages_-LRB-2012_film-RRB-") == title_key("Savages (2012 film)") == "Savages (2012 film)"
+    assert title_key("Star_Trek-COLON-_Discovery") == "Star Trek: Discovery"
+    assert title_key("Nikolaj_Coster-Waldau") == "Nikolaj Coster-Waldau"  # a real hyphen stays
+    assert title_key("A_-LSB-x-RSB-_-LCB-y-RCB-") == "A [x] {y}"
+    assert title_key(" Ghost  (1990_film) ") == "Ghost (1990 film)"  # whitespace collapsed
+    assert title_key("Cafe\u0301") == title_key("Caf\u00e9")  # Unicode NFC
+    # Wikipedia's case rule: the first letter is always upper case, the rest is part of the title
+    assert title_key("iPod") == title_key("IPod") == "IPod"
+    assert title_key("Red_Dwarf") != title_key("Red dwarf")  # the sitcom and the star
+    assert gold_title_overlap([["Red dwarf"], ["iPod"]], [["Red_Dwarf"], ["IPod"]], ks=1) == {1: 0.5}
 
 
 def test_aggregate():

@@ -16,7 +16,7 @@ Over a whole set:
 * :func:`label_accuracy` -- FEVER and BoolQ labels;
 * :func:`distinct_ngram_ratio` -- generation diversity (Table 5);
 * :func:`recall_at_k`, :func:`gold_title_overlap` -- retrieval (section 4.4: FEVER gold articles in the
-  top 1 and top 10).
+  top 1 and top 10; titles compared by :func:`title_key`).
 
 Comparing two systems on the same questions (:mod:`~openbook.eval.metrics.significance`):
 :func:`paired_bootstrap` (any per-question score) and :func:`mcnemar` (per-question correctness).
@@ -44,7 +44,7 @@ from openbook.eval.metrics.qbleu import (
     q_bleu_1,
     qbleu_token_classes,
 )
-from openbook.eval.metrics.retrieval import gold_title_overlap, recall_at_k
+from openbook.eval.metrics.retrieval import gold_title_overlap, recall_at_k, title_key
 from openbook.eval.metrics.significance import Bootstrap, McNemar, mcnemar, paired_bootstrap, significant
 
 __all__ = [
@@ -69,6 +69,7 @@ __all__ = [
     "rouge_l",
     "sentence_bleu_1",
     "significant",
+    "title_key",
     "token_f1",
     "word_tokens",
 ]

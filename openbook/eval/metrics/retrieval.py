@@ -1,5 +1,5 @@
 """Retrieval metrics: :func:`recall_at_k` and :func:`gold_title_overlap` (section 4.4: FEVER gold articles
-in the top 1 and top 10)."""
+in the top 1 and top 10), comparing titles by :func:`title_key`."""
 
 from __future__ import annotations
 
@@ -50,12 +50,21 @@ _FEVER_BRACKETS = {
 _FEVER_BRACKET = re.compile("|".join(re.escape(token) for token in _FEVER_BRACKETS))
 
 
-def _title_key(title: str) -> str:
-    """A Wikipedia title as FEVER and the knowledge base may both spell it: NFC, "_" as a space, FEVER's
-    bracket tokens (``-LRB-`` ...) as brackets, whitespace collapsed. Case is kept."""
+def title_key(title: str) -> str:
+    """A Wikipedia title in the one form :func:`gold_title_overlap` compares, so FEVER's page ids and a
+    knowledge base's titles meet: ``Nikolaj_Coster-Waldau`` and ``Ghost_-LRB-1990_film-RRB-`` give
+    "Nikolaj Coster-Waldau" and "Ghost (1990 film)" -- Unicode NFC, ``_`` as a space, FEVER's bracket and
+    colon tokens (``-LRB-``, ``-COLON-`` ...) as the characters, whitespace collapsed.
+
+    Case is kept, except that the first character is upper-cased, because that is how Wikipedia titles
+    work: they are case-sensitive after the first letter ("Red Dwarf", the sitcom, and "Red dwarf", the
+    star, are different articles, so casefolding would count a passage from one as a hit for the other),
+    while the first letter is always stored upper-case (the page id ``IPod`` of the article shown as
+    "iPod"), so a knowledge base that writes the displayed form still matches FEVER's id."""
     title = unicodedata.normalize("NFC", title).replace("_", " ")
     title = _FEVER_BRACKET.sub(lambda m: _FEVER_BRACKETS[m.group()], title)
-    return " ".join(title.split())
+    title = " ".join(title.split())
+    return title[:1].upper() + title[1:]
 
 
 def gold_title_overlap(
@@ -69,8 +78,9 @@ def gold_title_overlap(
     The paper's section 4.4 analysis for FEVER ("the top retrieved document is from a gold article in
     71% of cases, and a gold article is present in the top 10 retrieved articles in 90% of cases"):
     :func:`recall_at_k` where a retrieved document is a hit if its title is one of the claim's gold
-    evidence titles. Titles compare after :func:`_title_key`, so FEVER's ``Nikolaj_Coster-Waldau`` and
-    ``Ghost_-LRB-1990_film-RRB-`` equal "Nikolaj Coster-Waldau" and "Ghost (1990 film)"; case matters.
+    evidence titles. Titles compare after :func:`title_key`, so FEVER's ``Nikolaj_Coster-Waldau`` and
+    ``Ghost_-LRB-1990_film-RRB-`` equal "Nikolaj Coster-Waldau" and "Ghost (1990 film)"; case matters
+    after the first letter.
 
     ``retrieved_titles[i]`` lists the titles of claim i's retrieved documents in rank order;
     ``gold_titles[i]`` is its set of gold evidence titles. Claims with no gold title (FEVER's NOT ENOUGH
@@ -86,11 +96,11 @@ def gold_title_overlap(
     _same_length(retrieved_titles, gold_titles, "retrieved_titles", "gold_titles")
     ranked_hits = []
     for i, (titles, golds) in enumerate(zip(retrieved_titles, gold_titles)):
-        gold_keys = {_title_key(t) for t in _check_texts(golds, f"gold_titles[{i}]", allow_empty=True)}
+        gold_keys = {title_key(t) for t in _check_texts(golds, f"gold_titles[{i}]", allow_empty=True)}
         if not gold_keys and skip_empty:
             continue
         titles = _check_texts(titles, f"retrieved_titles[{i}]", allow_empty=True)
-        ranked_hits.append([_title_key(t) in gold_keys for t in titles])
+        ranked_hits.append([title_key(t) in gold_keys for t in titles])
     if not ranked_hits:
         raise InputError("no claims with gold evidence titles to evaluate")
     return recall_at_k(ranked_hits, ks)

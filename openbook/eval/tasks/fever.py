@@ -11,9 +11,10 @@ drops the NOT ENOUGH INFO claims while reading.
 
 Format: the official FEVER JSON Lines ``{id, verifiable, label, claim, evidence: [[[annotation id,
 evidence id, Wiki_Title, sentence], ...], ...]}`` (.gz ok); the evidence's Wikipedia titles are kept in
-``meta["evidence_titles"]`` (for the paper's retrieval analysis, section 4.4: :func:`gold_title_overlap`
-compares them, through :func:`normalise_title`, with the titles of the retrieved passages). Also read: ``{input,
-target}`` or ``{claim, label}`` lines whose label is a class name or one of the target tokens.
+``meta["evidence_titles"]`` (for the paper's retrieval analysis, section 4.4:
+:func:`openbook.eval.metrics.gold_title_overlap` compares them with the titles of the retrieved passages).
+Also read: ``{input, target}`` or ``{claim, label}`` lines whose label is a class name or one of the target
+tokens.
 """
 
 from __future__ import annotations
@@ -24,62 +25,10 @@ from typing import Any
 from openbook.errors import InputError
 from openbook.eval.tasks.base import ClassificationTask, Example, text
 
-__all__ = ["FEVER_LABELS", "FeverTask", "gold_title_overlap", "normalise_title"]
+__all__ = ["FEVER_LABELS", "FeverTask"]
 
 FEVER_LABELS = ("SUPPORTS", "REFUTES", "NOT ENOUGH INFO")
 DEFAULT_TARGETS = {"SUPPORTS": "true", "REFUTES": "false", "NOT ENOUGH INFO": "unknown"}
-
-
-# The FEVER Wikipedia dump writes brackets and colons of page titles as PTB tokens.
-_TITLE_TOKENS = {"-LRB-": "(", "-RRB-": ")", "-LSB-": "[", "-RSB-": "]", "-LCB-": "{", "-RCB-": "}",
-                 "-COLON-": ":"}
-
-
-def normalise_title(title: str) -> str:
-    """A Wikipedia title as FEVER or a knowledge base writes it, in one comparable form:
-    ``"Savages_-LRB-2012_film-RRB-"`` and ``"Savages (2012 film)"`` -> ``"savages (2012 film)"`` (PTB
-    bracket and colon tokens back to characters, underscores to spaces, Unicode NFC, whitespace collapsed,
-    case folded)."""
-    import unicodedata
-
-    for token, char in _TITLE_TOKENS.items():
-        title = title.replace(token, char)
-    return " ".join(unicodedata.normalize("NFC", title).replace("_", " ").split()).casefold()
-
-
-def gold_title_overlap(retrieved: Sequence[Sequence[str]], gold: Sequence[Sequence[str]], k: int,
-                       kb_titles: set[str] | None = None) -> dict[str, float | int | None]:
-    """How often retrieval finds a gold evidence article (paper 4.4: the top passage is from a gold article
-    in 71% of claims, one of the top 10 in 90%).
-
-    ``retrieved[i]``: the titles of claim i's passages, best first; ``gold[i]``: its evidence titles (claims
-    without any, NOT ENOUGH INFO, are left out); titles are compared by :func:`normalise_title`. Returns
-    ``claims`` (verifiable ones), ``top1`` and ``top{k}`` (fractions of them whose top 1 / top k passages
-    include a gold article); with ``kb_titles`` (the knowledge base's titles) also ``in_kb`` (the fraction
-    whose gold article is in the knowledge base at all), ``claims_in_kb`` and ``top1_in_kb`` /
-    ``top{k}_in_kb`` (the same fractions among those claims). A fraction of no claims is None (JSON null)."""
-    if len(retrieved) != len(gold):
-        raise ValueError(f"{len(retrieved)} retrievals for {len(gold)} claims")
-    known = None if kb_titles is None else {normalise_title(t) for t in kb_titles}
-    top1, topk, inside = [], [], []
-    for titles, golds in zip(retrieved, gold):
-        wanted = {normalise_title(t) for t in golds}
-        if not wanted:
-            continue
-        found = [normalise_title(t) in wanted for t in titles[:k]]
-        top1.append(bool(found[:1] and found[0]))
-        topk.append(any(found))
-        inside.append(known is not None and bool(wanted & known))
-
-    def mean(flags: list[bool]) -> float | None:
-        return sum(flags) / len(flags) if flags else None
-
-    out: dict[str, float | int | None] = {"claims": len(top1), "top1": mean(top1), f"top{k}": mean(topk)}
-    if known is not None:
-        out.update({"in_kb": mean(inside), "claims_in_kb": sum(inside),
-                    "top1_in_kb": mean([f for f, i in zip(top1, inside) if i]),
-                    f"top{k}_in_kb": mean([f for f, i in zip(topk, inside) if i])})
-    return out
 
 
 def _evidence_titles(evidence: Any) -> list[str]:
