@@ -51,7 +51,6 @@ from __future__ import annotations
 import argparse
 import gc
 import json
-import math
 import os
 import shlex
 import shutil
@@ -62,53 +61,15 @@ from pathlib import Path
 
 import faiss
 import numpy as np
+from _index_vectors import Vectors, from_kb, kb_build_default, synthetic
 
 from openbook.index.dense import default_nlist, index_class
 
 PAPER_PASSAGES = 21_015_300
 K = 10
 BATCH = 64
-CHUNK = 50_000
 RERANKED = ("ivfpq", "hnsw_sq8")  # also measured with DenseIndex.rerank_with(float vectors)
 RERANK_FACTOR = 10
-
-
-# -- data -------------------------------------------------------------------------------------------
-
-
-class ClusteredData:
-    """The synthetic generator described in the module docstring (structure fixed by ``seed``)."""
-
-    def __init__(self, dim: int, clusters: int = 1000, latent: int = 64, within_var: float = 0.5,
-                 latent_share: float = 0.9, seed: int = 0):
-        rng = np.random.default_rng(seed)
-        self.dim, self.clusters, self.latent = dim, clusters, latent
-        self.centres = rng.standard_normal((clusters, dim)).astype(np.float32)
-        spectrum = 1.0 / np.arange(1, latent + 1)
-        spectrum *= latent_share * within_var * dim / spectrum.sum()  # total latent variance
-        basis = rng.standard_normal((latent, dim))
-        basis /= np.linalg.norm(basis, axis=1, keepdims=True)  # unit directions (nearly orthogonal)
-        self.loadings = (np.sqrt(spectrum)[:, None] * basis).astype(np.float32)
-        self.noise_std = math.sqrt((1 - latent_share) * within_var)
-
-    def sample(self, n: int, seed: int, out: np.ndarray | None = None) -> np.ndarray:
-        """``n`` points (float32 (n, dim)), generated in chunks into ``out`` if given."""
-        out = np.empty((n, self.dim), dtype=np.float32) if out is None else out
-        rng = np.random.default_rng(seed)
-        for start in range(0, n, CHUNK):
-            m = min(CHUNK, n - start)
-            chunk = self.centres[rng.integers(0, self.clusters, m)]
-            chunk += rng.standard_normal((m, self.latent), dtype=np.float32) @ self.loadings
-            chunk += self.noise_std * rng.standard_normal((m, self.dim), dtype=np.float32)
-            out[start : start + m] = chunk
-        return out
-
-    def describe(self) -> str:
-        return (
-            f"clustered-synthetic: {self.clusters} Gaussian centres N(0, I_{self.dim}); point = centre + "
-            f"{self.latent}-d latent factor (decaying variances) + isotropic noise (std {self.noise_std:.3f}); "
-            "not normalised"
-        )
 
 
 # -- measuring --------------------------------------------------------------------------------------
@@ -380,11 +341,20 @@ def check_targets(by_kind: dict[str, dict]) -> dict:
 # -- main -------------------------------------------------------------------------------------------
 
 
-def main() -> None:
+def parse_args(argv=None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--n", type=int, default=1_000_000, help="database vectors")
-    parser.add_argument("--dim", type=int, default=768)
-    parser.add_argument("--queries", type=int, default=1000)
+    parser.add_argument("--kb", type=Path, default=None,
+                        help="measure on this knowledge base's passage vectors and real questions (bench/_index_vectors.py) "
+                        "instead of synthetic vectors")
+    parser.add_argument("--questions", type=Path, default=None,
+                        help="with --kb: JSON Lines {question}, split by --seed into tuning and evaluation questions "
+                        "(default: NQ-open's held-out fifth in --data-dir)")
+    parser.add_argument("--data-dir", type=Path, default=Path(__file__).resolve().parents[2] / "shared" / "data",
+                        help="with --kb and no --questions: where nq-open-oracle.dev-split.jsonl.gz is")
+    parser.add_argument("--seed", type=int, default=0, help="with --kb: the tuning / evaluation split's seed")
+    parser.add_argument("--n", type=int, default=1_000_000, help="synthetic database vectors")
+    parser.add_argument("--dim", type=int, default=768, help="synthetic vectors' dimension")
+    parser.add_argument("--queries", type=int, default=1000, help="evaluation queries (with --kb: at most this many)")
     parser.add_argument("--latency-queries", type=int, default=200, help="single queries timed at batch 1")
     parser.add_argument("--kinds", default="flat,hnsw,ivfpq",
                         help="comma-separated index kinds (flat always runs first); hnsw_sq8 is also available")
@@ -402,7 +372,11 @@ def main() -> None:
     parser.add_argument("--ivfpq-no-opq", action="store_true", help="IVF-PQ without its OPQ rotation")
     parser.add_argument("--ivfpq-m", type=int, default=None, help="IVF-PQ sub-quantizers (default: openbook's)")
     parser.add_argument("--ivfpq-nprobe", type=int, default=None, help="IVF-PQ nprobe (default: openbook's)")
-    args = parser.parse_args()
+    return parser.parse_args(argv)
+
+
+def main(argv=None) -> None:
+    args = parse_args(argv)
     kinds = [kind.strip() for kind in args.kinds.split(",") if kind.strip()]
     if kinds[0] != "flat":
         kinds.insert(0, "flat")  # the exact ground truth
@@ -412,16 +386,18 @@ def main() -> None:
     log(f"command: PYTHONPATH=. python {shlex.join(sys.argv)}")
     log(f"faiss {faiss.__version__}, {faiss.omp_get_max_threads()} OpenMP threads, {os.cpu_count()} CPUs "
         f"(shared machine: latencies are indicative)")
-    generator = ClusteredData(args.dim)
-    log(f"data: {generator.describe()}")
     start = time.perf_counter()
-    data = generator.sample(args.n, seed=1)
-    queries = generator.sample(args.queries, seed=2)
-    tuning_queries = generator.sample(args.tuning_queries, seed=3)
-    norms = np.linalg.norm(data[: min(args.n, 100_000)], axis=1)
-    log(f"generated {args.n:,} x {args.dim} database vectors ({data.nbytes / 1e9:.2f} GB) and {args.queries} "
-        f"queries in {time.perf_counter() - start:.1f} s; norms {norms.min():.1f}..{norms.max():.1f} "
-        f"(mean {norms.mean():.1f})")
+    if args.kb is None:
+        vectors = synthetic(args.n, args.dim, args.queries, args.tuning_queries)
+    else:
+        vectors = from_kb(args.kb, args.questions, args.data_dir, args.queries, args.tuning_queries, args.seed)
+    data, queries, tuning_queries = vectors.data, vectors.queries, vectors.tuning_queries
+    n, dim = data.shape
+    log(f"data: {vectors.description}")
+    norms = np.linalg.norm(data[: min(n, 100_000)], axis=1)
+    log(f"{'generated' if args.kb is None else 'loaded'} {n:,} x {dim} database vectors ({data.nbytes / 1e9:.2f} GB), "
+        f"{len(queries)} queries and {len(tuning_queries)} tuning queries in {time.perf_counter() - start:.1f} s; "
+        f"norms {norms.min():.1f}..{norms.max():.1f} (mean {norms.mean():.1f})")
 
     ivfpq_params = {"opq": not args.ivfpq_no_opq}
     if args.ivfpq_m is not None:
@@ -456,10 +432,35 @@ def main() -> None:
         if args.workdir is None:
             shutil.rmtree(workdir, ignore_errors=True)
 
+    report(rows, vectors)
+
+
+def kb_default(by_kind: dict[str, dict], n: int) -> dict:
+    """The index kind ``openbook kb build`` chooses for ``n`` passages, with its figures measured here."""
+    kind, rule = kb_build_default(n)
+    out = {"kb_build_default_index": kind, "kb_build_default_rule": rule}
+    row = by_kind.get(kind)
+    if row is None:
+        out["line"] = f"openbook kb build's default index for {n:,} passages: {kind} ({rule}); not measured here (add it to --kinds)"
+        return out
+    out |= {"kb_build_default_recall_at_10": round(row["recall_at_10"], 4),
+            "kb_build_default_latency_b1_ms": round(row["latency_b1_ms"], 4),
+            "kb_build_default_bytes_per_vector": round(row["bytes_per_vector"], 2)}
+    out["line"] = (f"openbook kb build's default index for {n:,} passages: {kind} ({rule}): recall@10 "
+                   f"{row['recall_at_10']:.4f}, {row['latency_b1_ms']:.3f} ms/query at batch 1, "
+                   f"{row['bytes_per_vector']:.1f} bytes/vector")
+    return out
+
+
+def report(rows: list[dict], vectors: Vectors) -> None:
+    """Print the results, the targets, the kind `kb build` would choose, the projection and the JSON line."""
+    n, dim = vectors.data.shape
     by_kind = {row["kind"]: row for row in rows}
     flat = by_kind["flat"]
+
     log("\n## Results\n")
-    log(f"N = {args.n:,}, dim = {args.dim}, {args.queries} queries, k = {K}; data: clustered-synthetic, un-normalised\n")
+    log(f"N = {n:,}, dim = {dim}, {len(vectors.queries)} queries, k = {K}; data: {vectors.name}, "
+        f"{'normalised' if vectors.normalised else 'un-normalised'}\n")
     log("| index | params | build (train + add) | bytes/vector | recall@10 | ms/query batch 1 | ms/query batch 64 | speedup vs flat (batch 1) |")
     log("|---|---|---:|---:|---:|---:|---:|---:|")
     for row in rows:
@@ -468,15 +469,18 @@ def main() -> None:
             f"| {row['bytes_per_vector']:.1f} | {row['recall_at_10']:.4f} | {row['latency_b1_ms']:.3f} | "
             f"{row['latency_b64_ms']:.3f} | {speedup:.1f}x |")
 
+    default = kb_default(by_kind, n)
+    log(f"\n{default.pop('line')}")
+
     checked = check_targets(by_kind)
     if checked:
         log("\n## Targets\n")
         for line in checked.pop("lines"):
             log(f"  - {line.strip()}" if line.startswith(" ") else f"- {line}")
 
-    projected = projection(rows, args.n, args.dim)
+    projected = projection(rows, n, dim)
     log(f"\n## Projected size for the RAG paper's {PAPER_PASSAGES:,} passages (per-vector bytes measured above)\n")
-    log(markdown_table(projected, args.dim))
+    log(markdown_table(projected, dim))
     log("")
 
     summary = {  # the headline figures first
@@ -485,11 +489,13 @@ def main() -> None:
         if key.split("_")[0] in by_kind
     }
     summary |= {
-        "n": args.n,
-        "dim": args.dim,
-        "queries": args.queries,
-        "data": "clustered-synthetic",
-        "normalised": False,
+        "n": n,
+        "dim": dim,
+        "queries": len(vectors.queries),
+        "data": vectors.name,
+        "normalised": vectors.normalised,
+        **vectors.extra,
+        **default,
     }
     for row in rows:
         kind = row["kind"]
