@@ -27,7 +27,14 @@ IVF-PQ index ALONE (PQ-approximate scores); ``ivfpq_rerank_recall_at_10`` is the
 top 100 candidates re-scored exactly from the float vectors. ``hnsw_speedup_vs_flat`` is the ratio of
 batch-1 latencies.
 
-The data are CLUSTERED SYNTHETIC (no real embeddings of this size are available offline): 1,000
+By default the data are CLUSTERED SYNTHETIC (described next). With ``--kb DIR`` they are a knowledge base's
+passage vectors (its embeddings.npy, memory-mapped) and the queries real questions encoded with its own query
+encoder: ``--questions FILE`` or NQ-open's held-out fifth, the ef_search tuning questions kept apart from the
+evaluation ones (bench/_index_vectors.py); ``--n`` and ``--dim`` are then the book's. Either way the output
+also names the index kind ``openbook kb build`` chooses for N passages without ``--index``, with its measured
+recall@10, latency and size (``kb_build_default_*`` in the JSON line).
+
+The synthetic data (1M passage vectors of this kind were not available offline when it was written): 1,000
 Gaussian cluster centres c ~ N(0, I); each point is c + L·z + e, where z ~ N(0, I_64) drives a
 64-dimensional latent subspace shared by all clusters with decaying variances (∝ 1/(i+1)), and e is
 small isotropic noise; within-cluster variance is 0.5 per dimension, 90% of it in the latent subspace
@@ -44,6 +51,7 @@ graph and 40 for IVF-PQ (most of it OPQ + k-means training on 100,000 vectors).
 
 Usage:  PYTHONPATH=. python bench/index_scale.py [--n 1000000] [--dim 768] [--queries 1000] [--kinds flat,hnsw,ivfpq]
 Smoke:  PYTHONPATH=. python bench/index_scale.py --n 20000 --dim 64 --queries 100
+A book: OMP_NUM_THREADS=1 PYTHONPATH=. python bench/index_scale.py --kb DIR [--questions FILE | --data-dir ../shared/data]
 """
 
 from __future__ import annotations
@@ -61,12 +69,11 @@ from pathlib import Path
 
 import faiss
 import numpy as np
+from _index_report import HNSW_TARGET, PAPER_PASSAGES, K, check_targets, markdown_table, projection
 from _index_vectors import Vectors, from_kb, kb_build_default, synthetic
 
-from openbook.index.dense import default_nlist, index_class
+from openbook.index.dense import index_class
 
-PAPER_PASSAGES = 21_015_300
-K = 10
 BATCH = 64
 RERANKED = ("ivfpq", "hnsw_sq8")  # also measured with DenseIndex.rerank_with(float vectors)
 RERANK_FACTOR = 10
@@ -214,128 +221,6 @@ def bench_kind(name, params, data, queries, truth, workdir, latency_queries, swe
     gc.collect()
     path.unlink()
     return row
-
-
-# -- projection to the paper's 21M passages -------------------------------------------------------
-
-
-def padded_dim(dim: int, multiple: int) -> int:
-    """Stored dimension of hnsw_sq8 / ivfpq: dim + 1 transformed coordinates + padding (see dense/via_l2.py)."""
-    return -(-(dim + 2) // multiple) * multiple
-
-
-def fixed_bytes(kind: str, dim: int, params: dict, nlist: int | None = None) -> int:
-    """Bytes of an index that do not grow with N: the padding transform; for IVF-PQ also the coarse
-    centroids, PQ codebooks, OPQ matrix and list headers."""
-    if kind == "hnsw_sq8":
-        stored = padded_dim(dim, 8)
-        return stored * (dim + 2) * 4
-    if kind != "ivfpq":
-        return 0
-    stored = padded_dim(dim, params["m"])
-    nlist = nlist or params["nlist"]
-    fixed = stored * (dim + 2) * 4 + nlist * stored * 4 + 2 ** params["nbits"] * stored * 4 + nlist * 8
-    if params["opq"]:
-        fixed += stored * stored * 4
-    return fixed
-
-
-def ivfpq_table_bytes(params: dict, nlist: int) -> int:
-    """FAISS's precomputed IVF-PQ distance table (RAM only; built at load if under 2 GB)."""
-    size = nlist * params["m"] * 2 ** params["nbits"] * 4
-    return size if size <= 2 * 1024**3 else 0
-
-
-def projection(rows: list[dict], n: int, dim: int) -> list[dict]:
-    """Disk and RAM of each kind for PAPER_PASSAGES vectors, scaling the measured per-vector part."""
-    out = []
-    big_nlist = default_nlist(PAPER_PASSAGES)
-    for row in rows:
-        kind, params = row["kind"], row["params"]
-        per_vector = (row["file_bytes"] - fixed_bytes(kind, dim, params)) / n
-        fixed = fixed_bytes(kind, dim, params, big_nlist)
-        disk = per_vector * PAPER_PASSAGES + fixed
-        ram = disk
-        if kind == "ivfpq":
-            code = (params["m"] * params["nbits"] + 7) // 8
-            table = ivfpq_table_bytes(params, big_nlist)
-            ram += table
-            note = (
-                f"{code} B PQ code + 8 B id per vector; {fixed / 1e6:.0f} MB centroids, codebooks, transforms "
-                f"at nlist={big_nlist}; RAM adds {table / 1e9:.1f} GB precomputed table"
-            )
-        elif kind in ("hnsw", "hnsw_sq8"):
-            stored = dim + 1 if kind == "hnsw" else padded_dim(dim, 8)
-            vector_bytes = stored * (4 if kind == "hnsw" else 1)
-            note = f"{vector_bytes} B vector + {per_vector - vector_bytes:.0f} B graph (links, levels, offsets) per vector"
-        else:
-            note = f"{dim * 4} B vector per passage"
-        out.append({"kind": kind, "bytes_per_vector": per_vector, "disk_bytes": disk, "ram_bytes": ram, "note": note})
-    return out
-
-
-def markdown_table(projected: list[dict], dim: int) -> str:
-    lines = [
-        f"| index (dim {dim}) | bytes/vector | disk for {PAPER_PASSAGES:,} | RAM for {PAPER_PASSAGES:,} (mmap=False) | composition |",
-        "|---|---:|---:|---:|---|",
-    ]
-    for item in projected:
-        lines.append(
-            f"| {item['kind']} | {item['bytes_per_vector']:.1f} | {item['disk_bytes'] / 1e9:.1f} GB | "
-            f"{item['ram_bytes'] / 1e9:.1f} GB | {item['note']} |"
-        )
-    embeddings = PAPER_PASSAGES * dim * 4 / 1e9
-    lines.append(
-        f"| (embeddings.npy, kept beside any index by the knowledge base) | {dim * 4} | {embeddings:.1f} GB | "
-        "memory-mapped | float32 d(z) |"
-    )
-    lines.append(
-        "\nRAM is for loading the index with mmap=False (≈ its file). With mmap=True the file is mapped and "
-        "the OS pages in what queries touch; building needs the vectors being added in RAM as well."
-    )
-    return "\n".join(lines)
-
-
-# -- targets --------------------------------------------------------------------------------------
-
-HNSW_TARGET = {"recall_at_10": 0.95, "speedup_vs_flat": 10.0}
-IVFPQ_TARGET = {"recall_at_10": 0.80, "bytes_per_vector": 100.0}
-
-
-def check_targets(by_kind: dict[str, dict]) -> dict:
-    """Whether the defaults meet the targets, and else the cheapest swept setting that does."""
-    flat, out, lines = by_kind["flat"], {}, []
-    if "hnsw" in by_kind:
-        row = by_kind["hnsw"]
-        speedup = flat["latency_b1_ms"] / row["latency_b1_ms"]
-        met = row["recall_at_10"] >= HNSW_TARGET["recall_at_10"] and speedup >= HNSW_TARGET["speedup_vs_flat"]
-        out["hnsw_target_met"] = met
-        lines.append(f"HNSW recall@10 >= 0.95 with >= 10x lower batch-1 latency than flat, as configured: "
-                     f"{'met' if met else 'NOT met'} (recall {row['recall_at_10']:.4f}, {speedup:.0f}x)")
-        for point in row.get("sweep", []):
-            point_speedup = flat["latency_b1_ms"] / point["latency_b1_ms"]
-            if point["recall_at_10"] >= HNSW_TARGET["recall_at_10"] and point_speedup >= HNSW_TARGET["speedup_vs_flat"]:
-                out["hnsw_tuned"] = {**point, "speedup_vs_flat": round(point_speedup, 1)}
-                lines.append(f"  smallest swept ef_search meeting it: {point['ef_search']} (recall "
-                             f"{point['recall_at_10']:.4f}, {point['latency_b1_ms']:.3f} ms, {point_speedup:.0f}x)")
-                break
-    if "ivfpq" in by_kind:
-        row = by_kind["ivfpq"]
-        small = row["bytes_per_vector"] <= IVFPQ_TARGET["bytes_per_vector"]
-        met = small and row["recall_at_10"] >= IVFPQ_TARGET["recall_at_10"]
-        out["ivfpq_target_met"] = met
-        lines.append(f"IVF-PQ <= 100 bytes/vector with recall@10 >= 0.80, index alone (PQ scores): {'met' if met else 'NOT met'} "
-                     f"({row['bytes_per_vector']:.1f} bytes/vector, recall {row['recall_at_10']:.4f}; best swept nprobe: "
-                     f"{max((p['recall_at_10'] for p in row.get('sweep', [])), default=row['recall_at_10']):.4f})")
-        if "rerank" in row:
-            reranked = small and row["rerank"]["recall_at_10"] >= IVFPQ_TARGET["recall_at_10"]
-            out["ivfpq_rerank_target_met"] = reranked
-            lines.append(f"  with exact re-ranking of the top {row['rerank']['factor'] * K} from the float vectors "
-                         f"(the knowledge base's embeddings.npy; no index bytes): {'met' if reranked else 'NOT met'} "
-                         f"(recall {row['rerank']['recall_at_10']:.4f}, {row['rerank']['latency_b1_ms']:.3f} ms)")
-    if lines:
-        out["lines"] = lines
-    return out
 
 
 # -- main -------------------------------------------------------------------------------------------
