@@ -122,6 +122,8 @@ def nq_sets(data_dir: Path, queries: int, tuning: int, seed: int) -> tuple[list[
     sys.path.insert(0, str(REPO / "scripts"))
     from split_qa_data import split
 
+    if not (data_dir / NQ_FILE).is_file():
+        raise ValueError(f"{data_dir / NQ_FILE} does not exist: give --data-dir (../shared/data) or --questions FILE")
     with gzip.open(data_dir / NQ_FILE, "rt", encoding="utf-8") as fh:
         rows = [json.loads(line)["question"] for line in fh if line.strip()]
     train, heldout = split(rows)
@@ -137,13 +139,14 @@ def from_kb(kb_dir: Path, questions_file: Path | None, data_dir: Path, queries: 
     from openbook.index import load_knowledge_base
     from openbook.models.knowledge import encoder_name
 
+    name = encoder_name(None, kb_dir)  # reads the manifest: a wrong path fails first
     if questions_file is not None:
         evaluation, tuning_set = seeded_split(read_questions(questions_file), queries, tuning, seed)
         source = f"{questions_file} (seeded split, seed {seed})"
     else:
         evaluation, tuning_set = nq_sets(data_dir, queries, tuning, seed)
         source = f"NQ-open held-out fifth of {data_dir / NQ_FILE}; tuning: its training part (seed {seed})"
-    encoder = kb_commands.load_encoder(encoder_name(None, kb_dir))
+    encoder = kb_commands.load_encoder(name)
     kb = load_knowledge_base(kb_dir, expected_encoder=encoder.info(), verify="size")
     stored = getattr(kb, "embeddings", None)
     if stored is None:

@@ -72,6 +72,7 @@ import numpy as np
 from _index_report import HNSW_TARGET, PAPER_PASSAGES, K, check_targets, markdown_table, projection
 from _index_vectors import Vectors, from_kb, kb_build_default, synthetic
 
+from openbook.errors import OpenbookError
 from openbook.index.dense import index_class
 
 BATCH = 64
@@ -260,7 +261,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
-def main(argv=None) -> None:
+def main(argv=None) -> int:
     args = parse_args(argv)
     kinds = [kind.strip() for kind in args.kinds.split(",") if kind.strip()]
     if kinds[0] != "flat":
@@ -275,7 +276,11 @@ def main(argv=None) -> None:
     if args.kb is None:
         vectors = synthetic(args.n, args.dim, args.queries, args.tuning_queries)
     else:
-        vectors = from_kb(args.kb, args.questions, args.data_dir, args.queries, args.tuning_queries, args.seed)
+        try:
+            vectors = from_kb(args.kb, args.questions, args.data_dir, args.queries, args.tuning_queries, args.seed)
+        except (OSError, ValueError, OpenbookError) as exc:  # a wrong path or a malformed question file
+            print(f"index_scale.py: error: {exc}", file=sys.stderr)
+            return 2
     data, queries, tuning_queries = vectors.data, vectors.queries, vectors.tuning_queries
     n, dim = data.shape
     log(f"data: {vectors.description}")
@@ -318,6 +323,7 @@ def main(argv=None) -> None:
             shutil.rmtree(workdir, ignore_errors=True)
 
     report(rows, vectors)
+    return 0
 
 
 def kb_default(by_kind: dict[str, dict], n: int) -> dict:

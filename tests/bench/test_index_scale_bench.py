@@ -42,8 +42,8 @@ def book(tmp_path, capsys, encoders):
 def test_the_json_line_has_the_figures_on_real_vectors(bench, book, capsys):
     index_scale, _ = bench
     kb, questions = book
-    index_scale.main(["--kb", str(kb), "--questions", str(questions), "--kinds", "flat,hnsw", "--no-sweep",
-                      "--latency-queries", "3"])
+    assert index_scale.main(["--kb", str(kb), "--questions", str(questions), "--kinds", "flat,hnsw", "--no-sweep",
+                             "--latency-queries", "3"]) == 0
     out = capsys.readouterr().out
     line = json.loads(out.strip().splitlines()[-1])
     assert line["data"] == "knowledge base" and line["kb"] == str(kb) and line["encoder"] == "fake/bow"
@@ -88,3 +88,16 @@ def test_nq_evaluation_is_the_held_out_fifth(bench, tmp_path):
     evaluation, tuning = vectors.nq_sets(tmp_path, queries=10, tuning=6, seed=0)
     assert evaluation == [f"question {i}" for i in (0, 5, 10, 15)]
     assert len(tuning) == 6 and not set(tuning) & set(evaluation)
+
+
+def test_a_bad_question_file_is_one_line_naming_it(bench, book, capsys):
+    index_scale, _ = bench
+    kb, questions = book
+    questions.write_text('{"question": "capital of france"}\n{"text": "no question"}\n', encoding="utf-8")
+    assert index_scale.main(["--kb", str(kb), "--questions", str(questions)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == f"index_scale.py: error: {questions}:2: no non-empty string field 'question'"
+    assert index_scale.main(["--kb", str(kb.parent / "missing")]) == 2
+    assert "missing does not exist" in capsys.readouterr().err
+    assert index_scale.main(["--kb", str(kb), "--data-dir", str(kb.parent)]) == 2
+    assert "nq-open-oracle.dev-split.jsonl.gz does not exist: give --data-dir" in capsys.readouterr().err
