@@ -34,7 +34,7 @@ evaluation ones (bench/_index_vectors.py); ``--n`` and ``--dim`` are then the bo
 also names the index kind ``openbook kb build`` chooses for N passages without ``--index``, with its measured
 recall@10, latency and size (``kb_build_default_*`` in the JSON line).
 
-The synthetic data (1M passage vectors of this kind were not available offline when it was written): 1,000
+The synthetic data (written before real vectors of this size existed offline): 1,000
 Gaussian cluster centres c ~ N(0, I); each point is c + L·z + e, where z ~ N(0, I_64) drives a
 64-dimensional latent subspace shared by all clusters with decaying variances (∝ 1/(i+1)), and e is
 small isotropic noise; within-cluster variance is 0.5 per dimension, 90% of it in the latent subspace
@@ -252,7 +252,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--hnsw-ef-search", default="auto",
                         help="HNSW search candidate list, or 'auto': the smallest of 16, 32, .. --hnsw-ef-max reaching recall@10 "
                         "0.95 on --tuning-queries separate queries")
-    parser.add_argument("--tuning-queries", type=int, default=200, help="queries used only for 'auto' tuning")
+    parser.add_argument("--tuning-queries", type=int, default=200, help="queries used only for 'auto' tuning (with --kb --questions: at most a third of the questions)")
     parser.add_argument("--no-sweep", action="store_true", help="skip the ef_search / nprobe sweeps")
     parser.add_argument("--workdir", type=Path, default=None, help="where index files go (default: a temp dir)")
     parser.add_argument("--ivfpq-no-opq", action="store_true", help="IVF-PQ without its OPQ rotation")
