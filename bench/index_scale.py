@@ -27,7 +27,14 @@ IVF-PQ index ALONE (PQ-approximate scores); ``ivfpq_rerank_recall_at_10`` is the
 top 100 candidates re-scored exactly from the float vectors. ``hnsw_speedup_vs_flat`` is the ratio of
 batch-1 latencies.
 
-The data are CLUSTERED SYNTHETIC (no real embeddings of this size are available offline): 1,000
+By default the data are CLUSTERED SYNTHETIC (described next). With ``--kb DIR`` they are a knowledge base's
+passage vectors (its embeddings.npy, memory-mapped) and the queries real questions encoded with its own query
+encoder: ``--questions FILE`` or NQ-open's held-out fifth, the ef_search tuning questions kept apart from the
+evaluation ones (bench/_index_vectors.py); ``--n`` and ``--dim`` are then the book's. Either way the output
+also names the index kind ``openbook kb build`` chooses for N passages without ``--index``, with its measured
+recall@10, latency and size (``kb_build_default_*`` in the JSON line).
+
+The synthetic data (written before real vectors of this size existed offline): 1,000
 Gaussian cluster centres c ~ N(0, I); each point is c + L·z + e, where z ~ N(0, I_64) drives a
 64-dimensional latent subspace shared by all clusters with decaying variances (∝ 1/(i+1)), and e is
 small isotropic noise; within-cluster variance is 0.5 per dimension, 90% of it in the latent subspace
@@ -44,6 +51,7 @@ graph and 40 for IVF-PQ (most of it OPQ + k-means training on 100,000 vectors).
 
 Usage:  PYTHONPATH=. python bench/index_scale.py [--n 1000000] [--dim 768] [--queries 1000] [--kinds flat,hnsw,ivfpq]
 Smoke:  PYTHONPATH=. python bench/index_scale.py --n 20000 --dim 64 --queries 100
+A book: OMP_NUM_THREADS=1 PYTHONPATH=. python bench/index_scale.py --kb DIR [--questions FILE | --data-dir ../shared/data]
 """
 
 from __future__ import annotations
@@ -51,7 +59,6 @@ from __future__ import annotations
 import argparse
 import gc
 import json
-import math
 import os
 import shlex
 import shutil
@@ -62,53 +69,15 @@ from pathlib import Path
 
 import faiss
 import numpy as np
+from _index_report import HNSW_TARGET, PAPER_PASSAGES, K, check_targets, markdown_table, projection
+from _index_vectors import Vectors, from_kb, kb_build_default, synthetic
 
-from openbook.index.dense import default_nlist, index_class
+from openbook.errors import OpenbookError
+from openbook.index.dense import index_class
 
-PAPER_PASSAGES = 21_015_300
-K = 10
 BATCH = 64
-CHUNK = 50_000
 RERANKED = ("ivfpq", "hnsw_sq8")  # also measured with DenseIndex.rerank_with(float vectors)
 RERANK_FACTOR = 10
-
-
-# -- data -------------------------------------------------------------------------------------------
-
-
-class ClusteredData:
-    """The synthetic generator described in the module docstring (structure fixed by ``seed``)."""
-
-    def __init__(self, dim: int, clusters: int = 1000, latent: int = 64, within_var: float = 0.5,
-                 latent_share: float = 0.9, seed: int = 0):
-        rng = np.random.default_rng(seed)
-        self.dim, self.clusters, self.latent = dim, clusters, latent
-        self.centres = rng.standard_normal((clusters, dim)).astype(np.float32)
-        spectrum = 1.0 / np.arange(1, latent + 1)
-        spectrum *= latent_share * within_var * dim / spectrum.sum()  # total latent variance
-        basis = rng.standard_normal((latent, dim))
-        basis /= np.linalg.norm(basis, axis=1, keepdims=True)  # unit directions (nearly orthogonal)
-        self.loadings = (np.sqrt(spectrum)[:, None] * basis).astype(np.float32)
-        self.noise_std = math.sqrt((1 - latent_share) * within_var)
-
-    def sample(self, n: int, seed: int, out: np.ndarray | None = None) -> np.ndarray:
-        """``n`` points (float32 (n, dim)), generated in chunks into ``out`` if given."""
-        out = np.empty((n, self.dim), dtype=np.float32) if out is None else out
-        rng = np.random.default_rng(seed)
-        for start in range(0, n, CHUNK):
-            m = min(CHUNK, n - start)
-            chunk = self.centres[rng.integers(0, self.clusters, m)]
-            chunk += rng.standard_normal((m, self.latent), dtype=np.float32) @ self.loadings
-            chunk += self.noise_std * rng.standard_normal((m, self.dim), dtype=np.float32)
-            out[start : start + m] = chunk
-        return out
-
-    def describe(self) -> str:
-        return (
-            f"clustered-synthetic: {self.clusters} Gaussian centres N(0, I_{self.dim}); point = centre + "
-            f"{self.latent}-d latent factor (decaying variances) + isotropic noise (std {self.noise_std:.3f}); "
-            "not normalised"
-        )
 
 
 # -- measuring --------------------------------------------------------------------------------------
@@ -255,136 +224,23 @@ def bench_kind(name, params, data, queries, truth, workdir, latency_queries, swe
     return row
 
 
-# -- projection to the paper's 21M passages -------------------------------------------------------
-
-
-def padded_dim(dim: int, multiple: int) -> int:
-    """Stored dimension of hnsw_sq8 / ivfpq: dim + 1 transformed coordinates + padding (see dense/via_l2.py)."""
-    return -(-(dim + 2) // multiple) * multiple
-
-
-def fixed_bytes(kind: str, dim: int, params: dict, nlist: int | None = None) -> int:
-    """Bytes of an index that do not grow with N: the padding transform; for IVF-PQ also the coarse
-    centroids, PQ codebooks, OPQ matrix and list headers."""
-    if kind == "hnsw_sq8":
-        stored = padded_dim(dim, 8)
-        return stored * (dim + 2) * 4
-    if kind != "ivfpq":
-        return 0
-    stored = padded_dim(dim, params["m"])
-    nlist = nlist or params["nlist"]
-    fixed = stored * (dim + 2) * 4 + nlist * stored * 4 + 2 ** params["nbits"] * stored * 4 + nlist * 8
-    if params["opq"]:
-        fixed += stored * stored * 4
-    return fixed
-
-
-def ivfpq_table_bytes(params: dict, nlist: int) -> int:
-    """FAISS's precomputed IVF-PQ distance table (RAM only; built at load if under 2 GB)."""
-    size = nlist * params["m"] * 2 ** params["nbits"] * 4
-    return size if size <= 2 * 1024**3 else 0
-
-
-def projection(rows: list[dict], n: int, dim: int) -> list[dict]:
-    """Disk and RAM of each kind for PAPER_PASSAGES vectors, scaling the measured per-vector part."""
-    out = []
-    big_nlist = default_nlist(PAPER_PASSAGES)
-    for row in rows:
-        kind, params = row["kind"], row["params"]
-        per_vector = (row["file_bytes"] - fixed_bytes(kind, dim, params)) / n
-        fixed = fixed_bytes(kind, dim, params, big_nlist)
-        disk = per_vector * PAPER_PASSAGES + fixed
-        ram = disk
-        if kind == "ivfpq":
-            code = (params["m"] * params["nbits"] + 7) // 8
-            table = ivfpq_table_bytes(params, big_nlist)
-            ram += table
-            note = (
-                f"{code} B PQ code + 8 B id per vector; {fixed / 1e6:.0f} MB centroids, codebooks, transforms "
-                f"at nlist={big_nlist}; RAM adds {table / 1e9:.1f} GB precomputed table"
-            )
-        elif kind in ("hnsw", "hnsw_sq8"):
-            stored = dim + 1 if kind == "hnsw" else padded_dim(dim, 8)
-            vector_bytes = stored * (4 if kind == "hnsw" else 1)
-            note = f"{vector_bytes} B vector + {per_vector - vector_bytes:.0f} B graph (links, levels, offsets) per vector"
-        else:
-            note = f"{dim * 4} B vector per passage"
-        out.append({"kind": kind, "bytes_per_vector": per_vector, "disk_bytes": disk, "ram_bytes": ram, "note": note})
-    return out
-
-
-def markdown_table(projected: list[dict], dim: int) -> str:
-    lines = [
-        f"| index (dim {dim}) | bytes/vector | disk for {PAPER_PASSAGES:,} | RAM for {PAPER_PASSAGES:,} (mmap=False) | composition |",
-        "|---|---:|---:|---:|---|",
-    ]
-    for item in projected:
-        lines.append(
-            f"| {item['kind']} | {item['bytes_per_vector']:.1f} | {item['disk_bytes'] / 1e9:.1f} GB | "
-            f"{item['ram_bytes'] / 1e9:.1f} GB | {item['note']} |"
-        )
-    embeddings = PAPER_PASSAGES * dim * 4 / 1e9
-    lines.append(
-        f"| (embeddings.npy, kept beside any index by the knowledge base) | {dim * 4} | {embeddings:.1f} GB | "
-        "memory-mapped | float32 d(z) |"
-    )
-    lines.append(
-        "\nRAM is for loading the index with mmap=False (≈ its file). With mmap=True the file is mapped and "
-        "the OS pages in what queries touch; building needs the vectors being added in RAM as well."
-    )
-    return "\n".join(lines)
-
-
-# -- targets --------------------------------------------------------------------------------------
-
-HNSW_TARGET = {"recall_at_10": 0.95, "speedup_vs_flat": 10.0}
-IVFPQ_TARGET = {"recall_at_10": 0.80, "bytes_per_vector": 100.0}
-
-
-def check_targets(by_kind: dict[str, dict]) -> dict:
-    """Whether the defaults meet the targets, and else the cheapest swept setting that does."""
-    flat, out, lines = by_kind["flat"], {}, []
-    if "hnsw" in by_kind:
-        row = by_kind["hnsw"]
-        speedup = flat["latency_b1_ms"] / row["latency_b1_ms"]
-        met = row["recall_at_10"] >= HNSW_TARGET["recall_at_10"] and speedup >= HNSW_TARGET["speedup_vs_flat"]
-        out["hnsw_target_met"] = met
-        lines.append(f"HNSW recall@10 >= 0.95 with >= 10x lower batch-1 latency than flat, as configured: "
-                     f"{'met' if met else 'NOT met'} (recall {row['recall_at_10']:.4f}, {speedup:.0f}x)")
-        for point in row.get("sweep", []):
-            point_speedup = flat["latency_b1_ms"] / point["latency_b1_ms"]
-            if point["recall_at_10"] >= HNSW_TARGET["recall_at_10"] and point_speedup >= HNSW_TARGET["speedup_vs_flat"]:
-                out["hnsw_tuned"] = {**point, "speedup_vs_flat": round(point_speedup, 1)}
-                lines.append(f"  smallest swept ef_search meeting it: {point['ef_search']} (recall "
-                             f"{point['recall_at_10']:.4f}, {point['latency_b1_ms']:.3f} ms, {point_speedup:.0f}x)")
-                break
-    if "ivfpq" in by_kind:
-        row = by_kind["ivfpq"]
-        small = row["bytes_per_vector"] <= IVFPQ_TARGET["bytes_per_vector"]
-        met = small and row["recall_at_10"] >= IVFPQ_TARGET["recall_at_10"]
-        out["ivfpq_target_met"] = met
-        lines.append(f"IVF-PQ <= 100 bytes/vector with recall@10 >= 0.80, index alone (PQ scores): {'met' if met else 'NOT met'} "
-                     f"({row['bytes_per_vector']:.1f} bytes/vector, recall {row['recall_at_10']:.4f}; best swept nprobe: "
-                     f"{max((p['recall_at_10'] for p in row.get('sweep', [])), default=row['recall_at_10']):.4f})")
-        if "rerank" in row:
-            reranked = small and row["rerank"]["recall_at_10"] >= IVFPQ_TARGET["recall_at_10"]
-            out["ivfpq_rerank_target_met"] = reranked
-            lines.append(f"  with exact re-ranking of the top {row['rerank']['factor'] * K} from the float vectors "
-                         f"(the knowledge base's embeddings.npy; no index bytes): {'met' if reranked else 'NOT met'} "
-                         f"(recall {row['rerank']['recall_at_10']:.4f}, {row['rerank']['latency_b1_ms']:.3f} ms)")
-    if lines:
-        out["lines"] = lines
-    return out
-
-
 # -- main -------------------------------------------------------------------------------------------
 
 
-def main() -> None:
+def parse_args(argv=None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--n", type=int, default=1_000_000, help="database vectors")
-    parser.add_argument("--dim", type=int, default=768)
-    parser.add_argument("--queries", type=int, default=1000)
+    parser.add_argument("--kb", type=Path, default=None,
+                        help="measure on this knowledge base's passage vectors and real questions (bench/_index_vectors.py) "
+                        "instead of synthetic vectors")
+    parser.add_argument("--questions", type=Path, default=None,
+                        help="with --kb: JSON Lines {question}, split by --seed into tuning and evaluation questions "
+                        "(default: NQ-open's held-out fifth in --data-dir)")
+    parser.add_argument("--data-dir", type=Path, default=Path(__file__).resolve().parents[2] / "shared" / "data",
+                        help="with --kb and no --questions: where nq-open-oracle.dev-split.jsonl.gz is")
+    parser.add_argument("--seed", type=int, default=0, help="with --kb: the tuning / evaluation split's seed")
+    parser.add_argument("--n", type=int, default=1_000_000, help="synthetic database vectors")
+    parser.add_argument("--dim", type=int, default=768, help="synthetic vectors' dimension")
+    parser.add_argument("--queries", type=int, default=1000, help="evaluation queries (with --kb: at most this many)")
     parser.add_argument("--latency-queries", type=int, default=200, help="single queries timed at batch 1")
     parser.add_argument("--kinds", default="flat,hnsw,ivfpq",
                         help="comma-separated index kinds (flat always runs first); hnsw_sq8 is also available")
@@ -396,13 +252,17 @@ def main() -> None:
     parser.add_argument("--hnsw-ef-search", default="auto",
                         help="HNSW search candidate list, or 'auto': the smallest of 16, 32, .. --hnsw-ef-max reaching recall@10 "
                         "0.95 on --tuning-queries separate queries")
-    parser.add_argument("--tuning-queries", type=int, default=200, help="queries used only for 'auto' tuning")
+    parser.add_argument("--tuning-queries", type=int, default=200, help="queries used only for 'auto' tuning (with --kb --questions: at most a third of the questions)")
     parser.add_argument("--no-sweep", action="store_true", help="skip the ef_search / nprobe sweeps")
     parser.add_argument("--workdir", type=Path, default=None, help="where index files go (default: a temp dir)")
     parser.add_argument("--ivfpq-no-opq", action="store_true", help="IVF-PQ without its OPQ rotation")
     parser.add_argument("--ivfpq-m", type=int, default=None, help="IVF-PQ sub-quantizers (default: openbook's)")
     parser.add_argument("--ivfpq-nprobe", type=int, default=None, help="IVF-PQ nprobe (default: openbook's)")
-    args = parser.parse_args()
+    return parser.parse_args(argv)
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
     kinds = [kind.strip() for kind in args.kinds.split(",") if kind.strip()]
     if kinds[0] != "flat":
         kinds.insert(0, "flat")  # the exact ground truth
@@ -412,16 +272,22 @@ def main() -> None:
     log(f"command: PYTHONPATH=. python {shlex.join(sys.argv)}")
     log(f"faiss {faiss.__version__}, {faiss.omp_get_max_threads()} OpenMP threads, {os.cpu_count()} CPUs "
         f"(shared machine: latencies are indicative)")
-    generator = ClusteredData(args.dim)
-    log(f"data: {generator.describe()}")
     start = time.perf_counter()
-    data = generator.sample(args.n, seed=1)
-    queries = generator.sample(args.queries, seed=2)
-    tuning_queries = generator.sample(args.tuning_queries, seed=3)
-    norms = np.linalg.norm(data[: min(args.n, 100_000)], axis=1)
-    log(f"generated {args.n:,} x {args.dim} database vectors ({data.nbytes / 1e9:.2f} GB) and {args.queries} "
-        f"queries in {time.perf_counter() - start:.1f} s; norms {norms.min():.1f}..{norms.max():.1f} "
-        f"(mean {norms.mean():.1f})")
+    if args.kb is None:
+        vectors = synthetic(args.n, args.dim, args.queries, args.tuning_queries)
+    else:
+        try:
+            vectors = from_kb(args.kb, args.questions, args.data_dir, args.queries, args.tuning_queries, args.seed)
+        except (OSError, ValueError, OpenbookError) as exc:  # a wrong path or a malformed question file
+            print(f"index_scale.py: error: {exc}", file=sys.stderr)
+            return 2
+    data, queries, tuning_queries = vectors.data, vectors.queries, vectors.tuning_queries
+    n, dim = data.shape
+    log(f"data: {vectors.description}")
+    norms = np.linalg.norm(data[: min(n, 100_000)], axis=1)
+    log(f"{'generated' if args.kb is None else 'loaded'} {n:,} x {dim} database vectors ({data.nbytes / 1e9:.2f} GB), "
+        f"{len(queries)} queries and {len(tuning_queries)} tuning queries in {time.perf_counter() - start:.1f} s; "
+        f"norms {norms.min():.1f}..{norms.max():.1f} (mean {norms.mean():.1f})")
 
     ivfpq_params = {"opq": not args.ivfpq_no_opq}
     if args.ivfpq_m is not None:
@@ -456,10 +322,36 @@ def main() -> None:
         if args.workdir is None:
             shutil.rmtree(workdir, ignore_errors=True)
 
+    report(rows, vectors)
+    return 0
+
+
+def kb_default(by_kind: dict[str, dict], n: int) -> dict:
+    """The index kind ``openbook kb build`` chooses for ``n`` passages, with its figures measured here."""
+    kind, rule = kb_build_default(n)
+    out = {"kb_build_default_index": kind, "kb_build_default_rule": rule}
+    row = by_kind.get(kind)
+    if row is None:
+        out["line"] = f"openbook kb build's default index for {n:,} passages: {kind} ({rule}); not measured here (add it to --kinds)"
+        return out
+    out |= {"kb_build_default_recall_at_10": round(row["recall_at_10"], 4),
+            "kb_build_default_latency_b1_ms": round(row["latency_b1_ms"], 4),
+            "kb_build_default_bytes_per_vector": round(row["bytes_per_vector"], 2)}
+    out["line"] = (f"openbook kb build's default index for {n:,} passages: {kind} ({rule}): recall@10 "
+                   f"{row['recall_at_10']:.4f}, {row['latency_b1_ms']:.3f} ms/query at batch 1, "
+                   f"{row['bytes_per_vector']:.1f} bytes/vector")
+    return out
+
+
+def report(rows: list[dict], vectors: Vectors) -> None:
+    """Print the results, the targets, the kind `kb build` would choose, the projection and the JSON line."""
+    n, dim = vectors.data.shape
     by_kind = {row["kind"]: row for row in rows}
     flat = by_kind["flat"]
+
     log("\n## Results\n")
-    log(f"N = {args.n:,}, dim = {args.dim}, {args.queries} queries, k = {K}; data: clustered-synthetic, un-normalised\n")
+    log(f"N = {n:,}, dim = {dim}, {len(vectors.queries)} queries, k = {K}; data: {vectors.name}, "
+        f"{'normalised' if vectors.normalised else 'un-normalised'}\n")
     log("| index | params | build (train + add) | bytes/vector | recall@10 | ms/query batch 1 | ms/query batch 64 | speedup vs flat (batch 1) |")
     log("|---|---|---:|---:|---:|---:|---:|---:|")
     for row in rows:
@@ -468,15 +360,18 @@ def main() -> None:
             f"| {row['bytes_per_vector']:.1f} | {row['recall_at_10']:.4f} | {row['latency_b1_ms']:.3f} | "
             f"{row['latency_b64_ms']:.3f} | {speedup:.1f}x |")
 
+    default = kb_default(by_kind, n)
+    log(f"\n{default.pop('line')}")
+
     checked = check_targets(by_kind)
     if checked:
         log("\n## Targets\n")
         for line in checked.pop("lines"):
             log(f"  - {line.strip()}" if line.startswith(" ") else f"- {line}")
 
-    projected = projection(rows, args.n, args.dim)
+    projected = projection(rows, n, dim)
     log(f"\n## Projected size for the RAG paper's {PAPER_PASSAGES:,} passages (per-vector bytes measured above)\n")
-    log(markdown_table(projected, args.dim))
+    log(markdown_table(projected, dim))
     log("")
 
     summary = {  # the headline figures first
@@ -485,11 +380,13 @@ def main() -> None:
         if key.split("_")[0] in by_kind
     }
     summary |= {
-        "n": args.n,
-        "dim": args.dim,
-        "queries": args.queries,
-        "data": "clustered-synthetic",
-        "normalised": False,
+        "n": n,
+        "dim": dim,
+        "queries": len(vectors.queries),
+        "data": vectors.name,
+        "normalised": vectors.normalised,
+        **vectors.extra,
+        **default,
     }
     for row in rows:
         kind = row["kind"]
