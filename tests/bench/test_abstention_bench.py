@@ -2,20 +2,15 @@
 
 from __future__ import annotations
 
-import importlib
-from pathlib import Path
-
 import pytest
 
-BENCH = Path(__file__).resolve().parents[2] / "bench"
+from bench_scripts import bench_modules
 
 
 @pytest.fixture(scope="module")
 def bench():
-    with pytest.MonkeyPatch.context() as patch:
-        patch.syspath_prepend(str(BENCH))
-        patch.syspath_prepend(str(BENCH.parent / "scripts"))
-        yield importlib.import_module("abstention")
+    with bench_modules("abstention") as modules:
+        yield modules
 
 
 def test_the_threshold_keeps_the_share_asked_for(bench):

@@ -3,7 +3,6 @@ they load the real models)."""
 
 from __future__ import annotations
 
-import importlib
 import json
 import os
 import sys
@@ -12,6 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from bench_scripts import bench_modules
 from tolerance import tolerance
 
 BENCH = Path(__file__).resolve().parents[2] / "bench"
@@ -19,11 +19,8 @@ BENCH = Path(__file__).resolve().parents[2] / "bench"
 
 @pytest.fixture(scope="module")
 def bench():
-    sys.path.insert(0, str(BENCH))
-    try:
-        yield importlib.import_module("ask_latency")
-    finally:
-        sys.path.remove(str(BENCH))
+    with bench_modules("ask_latency") as module:
+        yield module
 
 
 @pytest.mark.parametrize("values", [[0.8], [0.5, 2.0], [3.0, 1.0, 2.0, 10.0, 0.25], list(np.linspace(0.1, 3.0, 30))])
@@ -88,11 +85,8 @@ def test_time_to_output_reads_the_json_a_process_prints(bench):
 
 @pytest.fixture(scope="module")
 def cold_retrieve_bench(bench):
-    sys.path.insert(0, str(BENCH))
-    try:
-        yield importlib.import_module("cold_retrieve")
-    finally:
-        sys.path.remove(str(BENCH))
+    with bench_modules("cold_retrieve") as module:
+        yield module
 
 
 def test_cold_retrieve_bench_runs_each_trees_own_openbook(cold_retrieve_bench, tmp_path):

@@ -2,24 +2,21 @@
 
 from __future__ import annotations
 
-import importlib
 import json
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+
+from bench_scripts import bench_modules
 
 BENCH = Path(__file__).resolve().parents[2] / "bench"
 
 
 @pytest.fixture
 def bench():
-    sys.path.insert(0, str(BENCH))
-    try:
-        yield importlib.import_module("fresh_demo")
-    finally:
-        sys.path.remove(str(BENCH))
+    with bench_modules("fresh_demo") as module:
+        yield module
 
 
 def git(repo, *args):

@@ -2,21 +2,18 @@
 
 from __future__ import annotations
 
-import importlib
 import json
 import sys
-from pathlib import Path
 
 import pytest
 
-BENCH = Path(__file__).resolve().parents[2] / "bench"
+from bench_scripts import bench_modules
 
 
 @pytest.fixture(scope="module")
 def gemm():
-    with pytest.MonkeyPatch.context() as patch:
-        patch.syspath_prepend(str(BENCH))
-        yield importlib.import_module("gemm_rows")
+    with bench_modules("gemm_rows") as modules:
+        yield modules
 
 
 def test_the_json_line_has_every_shape_and_the_ratio(gemm, capsys, monkeypatch):

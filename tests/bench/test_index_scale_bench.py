@@ -4,26 +4,24 @@ handful of questions (a check of the script, not a figure)."""
 from __future__ import annotations
 
 import gzip
-import importlib
 import json
 from pathlib import Path
 
 import numpy as np
 import pytest
 
+from bench_scripts import bench_modules
 from openbook.index import KnowledgeBase
 from tiny_kb import ENCODER, WORDS, corpus, run
 
-BENCH = Path(__file__).resolve().parents[2] / "bench"
 QUESTIONS = ["capital of france", "paris king", "moon orbit earth", "largest planet jupiter", "river lake ocean",
              "music and poem", "war and peace", "sun star light", "water carbon sugar"]
 
 
 @pytest.fixture(scope="module")
 def bench():
-    with pytest.MonkeyPatch.context() as patch:
-        patch.syspath_prepend(str(BENCH))
-        yield importlib.import_module("index_scale"), importlib.import_module("_index_vectors")
+    with bench_modules("index_scale", "_index_vectors") as modules:
+        yield modules
 
 
 @pytest.fixture

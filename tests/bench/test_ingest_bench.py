@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import importlib
 import json
-import sys
 from pathlib import Path
 
 import pytest
 
+from bench_scripts import bench_modules
 from tiny_encoders import save_sentence_transformers
 
 BENCH = Path(__file__).resolve().parents[2] / "bench"
@@ -16,11 +15,8 @@ BENCH = Path(__file__).resolve().parents[2] / "bench"
 
 @pytest.fixture(scope="module")
 def bench():
-    sys.path.insert(0, str(BENCH))
-    try:
-        yield importlib.import_module("ingest")
-    finally:
-        sys.path.remove(str(BENCH))
+    with bench_modules("ingest") as module:
+        yield module
 
 
 def test_the_corpus_is_seeded_and_every_file_is_read(bench, tmp_path):

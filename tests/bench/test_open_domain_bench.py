@@ -3,21 +3,18 @@
 from __future__ import annotations
 
 import argparse
-import importlib
 import json
 from pathlib import Path
 
 import pytest
 
-BENCH = Path(__file__).resolve().parents[2] / "bench"
+from bench_scripts import bench_modules
 
 
 @pytest.fixture(scope="module")
 def bench():
-    with pytest.MonkeyPatch.context() as patch:
-        patch.syspath_prepend(str(BENCH))
-        patch.syspath_prepend(str(BENCH.parent / "scripts"))
-        yield importlib.import_module("open_domain")
+    with bench_modules("open_domain") as modules:
+        yield modules
 
 
 def recall_result(name: str, values=(0.2, 0.4, 0.6, 0.8)) -> dict:

@@ -7,21 +7,18 @@ import importlib
 import json
 import sys
 from collections import Counter
-from pathlib import Path
 
 import numpy as np
 import pytest
 
+from bench_scripts import bench_modules
 from tolerance import tolerance
-
-BENCH = Path(__file__).resolve().parents[2] / "bench"
 
 
 @pytest.fixture(scope="module")
 def bench():
-    with pytest.MonkeyPatch.context() as patch:
-        patch.syspath_prepend(str(BENCH))  # the benchmark imports its siblings (_common, ask_latency)
-        yield importlib.import_module("serve_load")
+    with bench_modules("serve_load") as modules:
+        yield modules
 
 
 @pytest.fixture(scope="module")

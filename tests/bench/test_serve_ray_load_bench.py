@@ -3,18 +3,15 @@ figure)."""
 
 from __future__ import annotations
 
-import importlib
-
 import pytest
 
-from test_gemm_rows_bench import BENCH
+from bench_scripts import bench_modules
 
 
 @pytest.fixture(scope="module")
 def bench():
-    with pytest.MonkeyPatch.context() as patch:
-        patch.syspath_prepend(str(BENCH))
-        yield importlib.import_module("serve_ray_load")
+    with bench_modules("serve_ray_load") as modules:
+        yield modules
 
 
 def test_rounds_alternate_the_two_servers(bench):
