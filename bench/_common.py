@@ -75,3 +75,20 @@ def interleaved_medians(step, variants, repeats: int) -> tuple[dict, dict]:
             times[name].append(time.perf_counter() - t)
         print(f"  round {r + 1}/{repeats}: " + ", ".join(f"{n} {times[n][-1]:.2f}s" for n in variants), flush=True)
     return first, {name: statistics.median(v) for name, v in times.items()}
+
+
+NQ_FILE = "nq-open-oracle.dev-split.jsonl.gz"
+
+
+def nq_split(data_dir) -> tuple[list[dict], list[dict]]:
+    """(the training four fifths, the held-out fifth) of ``data_dir``'s NQ-open records, as
+    ``scripts/split_qa_data.py`` splits them (the held-out fifth is never trained on)."""
+    import gzip
+    import json
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
+    from split_qa_data import split
+
+    with gzip.open(Path(data_dir) / NQ_FILE, "rt", encoding="utf-8") as fh:
+        return split([json.loads(line) for line in fh if line.strip()])

@@ -13,18 +13,16 @@ its other four fifths for tuning. Either way no tuning question is an evaluation
 
 from __future__ import annotations
 
-import gzip
 import json
 import math
 import random
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
+from _common import NQ_FILE, nq_split
 
 REPO = Path(__file__).resolve().parents[1]
-NQ_FILE = "nq-open-oracle.dev-split.jsonl.gz"
 CHUNK = 50_000
 
 
@@ -119,14 +117,9 @@ def seeded_split(questions: list[str], queries: int, tuning: int, seed: int) -> 
 
 def nq_sets(data_dir: Path, queries: int, tuning: int, seed: int) -> tuple[list[str], list[str]]:
     """(NQ-open's held-out fifth, a seeded sample of its other four fifths) of ``data_dir``'s NQ file."""
-    sys.path.insert(0, str(REPO / "scripts"))
-    from split_qa_data import split
-
     if not (data_dir / NQ_FILE).is_file():
         raise ValueError(f"{data_dir / NQ_FILE} does not exist: give --data-dir (../shared/data) or --questions FILE")
-    with gzip.open(data_dir / NQ_FILE, "rt", encoding="utf-8") as fh:
-        rows = [json.loads(line)["question"] for line in fh if line.strip()]
-    train, heldout = split(rows)
+    train, heldout = ([r["question"] for r in rows] for rows in nq_split(data_dir))
     heldout = list(dict.fromkeys(heldout))
     train = [q for q in dict.fromkeys(train) if q not in set(heldout)]
     return heldout[:queries], random.Random(seed).sample(train, min(tuning, len(train)))

@@ -34,7 +34,6 @@ It prints the CPU and ends with one JSON line of its figures.
 from __future__ import annotations
 
 import argparse
-import gzip
 import itertools
 import json
 import math
@@ -46,7 +45,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "scripts"))
-from _common import print_header, quiet  # noqa: E402
+from _common import nq_split, print_header, quiet  # noqa: E402
 from split_qa_data import split  # noqa: E402
 
 # candidate signals: the features each weighs (one alone: the feature itself)
@@ -56,8 +55,7 @@ SIGNALS = {"top_score": ("top_score",), "logprob": ("logprob",), "top+logprob": 
 
 def load_sets(data_dir: Path) -> tuple[list[dict], list[dict]]:
     """(the NQ held-out fifth, the WebQuestions + CuratedTrec held-out fifths), as ``{question, answers, mode}``."""
-    with gzip.open(data_dir / "nq-open-oracle.dev-split.jsonl.gz", "rt", encoding="utf-8") as fh:
-        nq = [{"question": r["question"], "answers": r["answers"], "mode": "dpr"} for r in map(json.loads, fh) if r]
+    nq = [{"question": r["question"], "answers": r["answers"], "mode": "dpr"} for r in nq_split(data_dir)[1]]
     from openbook.eval.tasks.qa import CuratedTrecTask, WebQuestionsTask
 
     wq = json.loads((data_dir / "webquestions.train.json").read_text(encoding="utf-8"))
@@ -69,7 +67,7 @@ def load_sets(data_dir: Path) -> tuple[list[dict], list[dict]]:
     for lineno, line in split(list(enumerate(ct, 1)))[1]:
         example = CuratedTrecTask().parse_line(line, lineno)
         other.append({"question": example.input, "answers": example.golds, "mode": "regex"})
-    return split(nq)[1], other
+    return nq, other
 
 
 def retrieve_all(rag, rows: list[dict], k: int) -> dict[str, list[tuple[float, float, str]]]:
@@ -221,8 +219,9 @@ def main(argv=None) -> None:
     nq_right = [r for r in nq if today[r["question"]]["scores"]["exact_match"]]
     rag = RAG.load()  # the shipped default, as `openbook ask` loads it
     passages = retrieve_all(rag, nq + other, args.k)
-    pool = [r for r in other if not has_answer(r, passages[r["question"]])]
-    found = [r for r in other if has_answer(r, passages[r["question"]])]
+    in_top_k = {r["question"]: has_answer(r, passages[r["question"]]) for r in other}
+    pool = [r for r in other if not in_top_k[r["question"]]]
+    found = [r for r in other if in_top_k[r["question"]]]
     random.Random(args.seed).shuffle(pool)
     dev_un, test_un = pool[: len(nq_right)], pool[len(nq_right):]  # as many unanswerable as answerable
     print(f"development: {len(nq_right)} of the {len(nq)} NQ held-out questions right today ({args.nq_report}), "
