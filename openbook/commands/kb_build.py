@@ -116,7 +116,11 @@ def reading_files(args: argparse.Namespace, sources, report: FilesRead) -> Itera
 def print_built(args, kb, num_sources: int, errors, report, print_summary) -> None:
     """What ``kb build`` made: one JSON object with ``--json``, else lines ending in ``print_summary()``."""
     if args.json:
-        return _print_json({"path": str(kb.path), "num_passages": len(kb), "num_sources": num_sources}, errors, report)
+        from openbook.index.kb import disk_usage
+
+        return _print_json({"path": str(kb.path), "num_passages": len(kb), "num_sources": num_sources,
+                            "seconds": kb.manifest.get("build", {}).get("seconds", {}),
+                            "disk_bytes": disk_usage(kb.path)["total"]}, errors, report)
     print(f"built knowledge base {kb.path}: {len(kb)} passages from {num_sources} source(s)")
     if errors.skipped:
         print(f"  skipped {errors.skipped} malformed record(s); first: {errors.examples[0]}")

@@ -108,6 +108,17 @@ def print_summary(manifest: dict, sizes: dict) -> None:
     print(f"  vectors:  {manifest['num_rows']} x {manifest['dim']} {manifest['dtype']}")
     print(f"  index:    {index['type']}" + (f" ({params})" if params else "") + f" in {index['file']}")
     print(f"  on disk:  {_size(sizes['total'])}")
+    stages = manifest.get("build", {}).get("seconds")
+    if stages:
+        print(f"  built in: {stage_line(stages)}")
+
+
+def stage_line(stages: dict) -> str:
+    """The build's stages as one line: ``encode`` (reading and encoding, streamed), ``store``, ``index``."""
+    parts = [f"{name} {stages[name]:.1f} s" for name in ("encode", "store", "index") if name in stages]
+    if "encode_passages_per_s" in stages:
+        parts[0] += f" ({stages['encode_passages_per_s']:.1f} passages/s)"
+    return ", ".join(parts)
 
 
 def _size(n: int) -> str:

@@ -4,6 +4,7 @@ encoder loader replaced (a hashed bag-of-words encoder, or the tiny random BERT)
 from __future__ import annotations
 
 import json
+import re
 
 import numpy as np
 import pytest
@@ -27,6 +28,7 @@ def test_build_info_and_retrieve(capsys, tmp_path, corpus_dir, encoders):
     summary = build_kb(capsys, corpus_dir, out, "--dtype", "float16", "--batch-size", "2")
     assert f"built knowledge base {out}: 6 passages from 3 source(s)" in summary
     assert "'fake/bow' (mean pooling, normalized, dim 32)" in summary and "6 x 32 float16" in summary
+    assert re.search(r"built in: encode [\d.]+ s \([\d.]+ passages/s\), store [\d.]+ s, index [\d.]+ s", summary)
     assert encoders == ["default"]
     kb = KnowledgeBase.load(out)
     assert {p.id for p in kb} == {"paris", "berlin", "moon", "jupiter", "100", "notes/volcano.md"}
@@ -38,6 +40,7 @@ def test_build_info_and_retrieve(capsys, tmp_path, corpus_dir, encoders):
     info = json.loads(text)
     assert info["num_passages"] == 6 and info["current_version"] == 1 and info["integrity"].startswith("ok")
     assert info["manifest"]["dtype"] == "float16" and info["disk_bytes"]["total"] > 0
+    assert info["manifest"]["build"]["seconds"]["encode_rows_timed"] == 6
 
     result = retrieve(capsys, out, "largest planet of the solar system", "--k", "3")
     assert encoders[-1] == "fake/bow"  # the knowledge base's own encoder by default

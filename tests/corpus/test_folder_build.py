@@ -81,6 +81,7 @@ def test_kb_build_json_carries_the_files_read_and_not_read(capsys, tmp_path, fol
     assert all(s["detail"] and "\n" not in s["detail"] for s in record["files_not_read"])
     assert record["encodings"] == {str(folder / "notes" / "cafe.txt"): "cp1252"}
     assert record["num_passages"] > 0 and record["hidden_files_ignored"] == 1
+    assert record["seconds"]["encode_rows_timed"] == record["num_passages"] and record["disk_bytes"] > 0
 
 
 def test_strict_stops_before_the_encoder_loads(capsys, tmp_path, folder, docs, loaded):

@@ -79,6 +79,7 @@ def without_times(manifest: dict) -> dict:
         manifest.pop(key, None)
     for version in manifest["versions"]:
         version.pop("created_at", None)
+    manifest.get("build", {}).pop("seconds", None)  # how long each stage took
     return manifest
 
 

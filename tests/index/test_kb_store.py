@@ -351,6 +351,22 @@ def test_resumed_build_is_byte_identical(tmp_path, dtype):
     assert list(kb) == passages
 
 
+def test_a_build_records_each_stage_and_a_resumed_one_sums_its_runs(tmp_path):
+    passages = corpus(30)
+    stages = build(tmp_path / "clean", passages).manifest["build"]["seconds"]
+    assert set(stages) == {"encode", "store", "index", "encode_rows_timed", "encode_passages_per_s"}
+    assert stages["encode_rows_timed"] == 30 and min(stages[name] for name in ("encode", "store", "index")) >= 0
+    out = tmp_path / "kb"
+    with pytest.raises(Crash):
+        build(out, passages, encode=crashing_encoder(4, []), resume=True)
+    first = json.loads((partial_dir(out) / "build-progress.json").read_text())
+    assert first["encode_rows_timed"] == 12 and first["encode_seconds"] >= 0
+    stages = build(out, passages, resume=True).manifest["build"]["seconds"]
+    assert stages["encode_rows_timed"] == 30 and stages["encode"] >= first["encode_seconds"]
+    rate, seconds = stages["encode_passages_per_s"], stages["encode"]  # each rounded to 2 decimals
+    assert abs(rate * seconds - 30) <= 0.005 * (rate + seconds) + 1e-6
+
+
 def test_resume_with_changed_input_starts_over_or_fails(tmp_path):
     passages = corpus(20)
     out = tmp_path / "kb"

@@ -8,6 +8,7 @@ import itertools
 import os
 import shutil
 import sys
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -60,6 +61,9 @@ class _Build:
         self.errors, self.progress, self.description = errors, progress, description
         self.stage = work / _STAGE_DIR
         self.rows = 0
+        # seconds of each stage, summed over the runs of a resumed build (what ``kb build`` reports); the rows
+        # encoded while timed give the rate even when an earlier run did not time its share
+        self.timing: dict[str, float] = {}
 
     def note(self, message: str) -> None:
         if self.progress:
@@ -114,6 +118,7 @@ class _Build:
             os.replace(moved, self.work / EMBEDDINGS_FILE)  # killed between moving it and saving progress
         if progress.get("phase") == "encoded" and (self.stage / EMBEDDINGS_FILE).is_file():
             self.rows = progress["rows"]
+            self.timing = _timing_of(progress)
             self.errors.skipped = progress.get("skipped", 0)
             self.errors.examples = progress.get("skipped_examples", [])
         else:
@@ -127,6 +132,7 @@ class _Build:
             for attempt in range(2):
                 items = _source_items(passages() if callable(passages) else passages)
                 resumed = self.reconcile(store, progress)
+                self.timing = _timing_of(progress) if resumed else {}
                 if resumed:
                     items = self.fast_forward(store, items)
                     if items is None:  # the input changed since the interrupted build
@@ -203,9 +209,14 @@ class _Build:
             _check_declared_dim(self.encoder_info, dim)
             return EmbeddingsWriter.create(embeddings, dtype, dim)
 
+        start, start_rows = time.monotonic(), self.rows
+        seconds, timed_rows = self.timing.get("encode_seconds", 0.0), self.timing.get("encode_rows_timed", 0)
+
         def after_batch(rows: int) -> None:
             self.rows = rows
-            self.save_progress(rows=rows)
+            self.timing.update(encode_seconds=seconds + time.monotonic() - start,
+                               encode_rows_timed=timed_rows + rows - start_rows)
+            self.save_progress(rows=rows, **self.timing)
 
         with progress_bar(initial=self.rows, unit="passage", desc="encoding passages", enabled=self.progress) as bar:
             appender = _Appender(store, self.encode, self.errors, 1, batch, self.rows, writer, make_writer,
@@ -217,12 +228,14 @@ class _Build:
         writer = appender.writer
         writer.publish()
         self.stage.mkdir(exist_ok=True)
+        start = time.monotonic()
         store.compact_into(self.stage / STORE_FILE)
         os.replace(embeddings, self.stage / EMBEDDINGS_FILE)
         fsync_path(self.stage)
+        self.timing["store_seconds"] = time.monotonic() - start
         _write_json(self.work / _PROGRESS_FILE, {
             "phase": "encoded", "rows": self.rows, "skipped": self.errors.skipped,
-            "skipped_examples": self.errors.examples,
+            "skipped_examples": self.errors.examples, **self.timing,
         })
 
     def finish(self) -> None:
@@ -230,8 +243,10 @@ class _Build:
         dtype, rows, dim = read_npy_header(self.stage / EMBEDDINGS_FILE)
         embeddings = map_embeddings(self.stage / EMBEDDINGS_FILE, dtype, rows, dim)
         kind = index_class(self.config["index"]["type"])
+        start = time.monotonic()
         index = _create_index(kind, self.config["index"]["params"], embeddings, self.progress)
         self.publish_into_stage(INDEX_FILE, index.save)
+        self.timing["index_seconds"] = time.monotonic() - start
         del embeddings
         store = PassageStore.open(self.stage / STORE_FILE)
         try:
@@ -273,6 +288,7 @@ class _Build:
                 "batch_size": self.config["batch_size"],
                 "skipped": self.errors.skipped,
                 "skipped_examples": self.errors.examples,
+                "seconds": _stage_seconds(self.timing),
             },
         }
         self.publish_into_stage(MANIFEST_FILE, lambda path: _write_json(path, manifest))
@@ -285,6 +301,23 @@ class _Build:
         os.replace(self.work / name, self.stage / name)
 
 
+
+
+def _timing_of(progress: dict[str, Any]) -> dict[str, float]:
+    """The stage timings a progress record carries (none from a build that did not time itself)."""
+    return {key: progress[key] for key in ("encode_seconds", "encode_rows_timed", "store_seconds") if key in progress}
+
+
+def _stage_seconds(timing: dict[str, float]) -> dict[str, Any]:
+    """The manifest's record of the build's stages: ``encode`` (reading and encoding, streamed together), ``store``
+    (writing the passage store), ``index``, each in seconds summed over the runs of a resumed build, and the rate
+    of the passages encoded while timed (``encode_rows_timed`` of them)."""
+    record: dict[str, Any] = {name: round(timing[f"{name}_seconds"], 2) for name in ("encode", "store", "index")
+                              if f"{name}_seconds" in timing}
+    if timing.get("encode_seconds"):
+        record["encode_rows_timed"] = int(timing["encode_rows_timed"])
+        record["encode_passages_per_s"] = round(timing["encode_rows_timed"] / timing["encode_seconds"], 2)
+    return record
 
 
 def build_and_publish(out_dir: Path, build_args: tuple, passages, resume: bool, replace: bool) -> None:
