@@ -34,6 +34,7 @@ from typing import Any
 import numpy as np
 
 from openbook.errors import InputError
+from openbook.index.topk import top_k
 
 OPERATORS = ("eq", "prefix", "gte", "lte")
 CLI_OPERATORS = {"=": "eq", "^=": "prefix", ">=": "gte", "<=": "lte"}
@@ -256,7 +257,8 @@ def no_match(where: Filter, path: Any) -> FilterError:
 
 def exact_search(embeddings, rows: np.ndarray, queries, k: int) -> tuple[np.ndarray, np.ndarray]:
     """The exact top ``k`` (``<= len(rows)``) by inner product of ``queries`` (m, d) with the stored vectors
-    of ``rows`` (sorted): ``(scores float32 (m, k), rows int64 (m, k))``, best first, equal scores by row."""
+    of ``rows`` (sorted): ``(scores float32 (m, k), rows int64 (m, k))``, best first, equal scores as
+    :mod:`openbook.index.topk` keeps and lists them."""
     queries = np.ascontiguousarray(queries, dtype=np.float32)
     m = queries.shape[0]
     best_scores = np.full((m, 0), -np.inf, dtype=np.float32)
@@ -266,7 +268,5 @@ def exact_search(embeddings, rows: np.ndarray, queries, k: int) -> tuple[np.ndar
         vectors = np.asarray(embeddings[part], dtype=np.float32)
         scores = np.concatenate([best_scores, queries @ vectors.T], axis=1)
         candidates = np.concatenate([best_rows, np.broadcast_to(part, (m, len(part)))], axis=1)
-        order = np.lexsort((candidates, -scores.astype(np.float64)), axis=-1)[:, :k]
-        best_scores = np.take_along_axis(scores, order, 1)
-        best_rows = np.take_along_axis(candidates, order, 1)
-    return best_scores.astype(np.float32, copy=False), best_rows
+        best_scores, best_rows = top_k(scores, candidates, k)
+    return best_scores, best_rows
