@@ -182,8 +182,8 @@ def plan(m: dict, passages: int, worker_memory_gb: float, rate: float, build_wor
     overhead = statistics.median(overheads) if overheads else 0.0
     room = worker_memory_gb * GB - overhead
     if room <= per_passage:
-        fail(f"--worker-memory-gb {worker_memory_gb} leaves no room beside the "
-                         f"measured overhead of {overhead / GB:.2f} GB per shard process")
+        fail(f"--worker-memory-gb {worker_memory_gb} leaves no room beside the measured overhead of "
+             f"{overhead / GB:.2f} GB per shard process")
     shards = math.ceil(passages / math.floor(room / per_passage))
     rows_per_shard = math.ceil(passages / shards)
     workers = build_workers or shards
@@ -264,6 +264,10 @@ def main(argv=None) -> None:
           f"(build rate from the {rate_from}):")
     for line in figures["plan"]["arithmetic"]:
         print(f"  {line}")
+    print("  (kK_bB: the top K for one search of B questions, in ms; the shards search in parallel, one per worker)")
+    if figures["index_type"] != "flat":
+        print(f"  a {figures['index_type']} index does not read every row: its time is not linear in rows, so the "
+              "latency above is an upper bound")
     print(json.dumps(figures))
 
 
