@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from openbook.index import KnowledgeBase, load_knowledge_base
-from openbook.index.filters import exact_search
+from openbook.index.filters import exact_search, parse_where
 from openbook.index.sharded import shard_knowledge_base
 from tiny_kb import DIM, build, corpus
 
@@ -85,3 +85,27 @@ def test_a_filtered_search_keeps_and_lists_ties_by_the_same_rule(tied):
             want_scores, want_rows = rule(every_score[i], every_row[i], k)
             assert found[i].tolist() == want_rows.tolist(), (k, i)
             np.testing.assert_array_equal(scores[i], want_scores)
+
+
+def test_a_filtered_search_over_shards_keeps_the_unsharded_rows(tmp_path):
+    """Each shard's filtered search computes its own dot products; equal vectors must still score equally
+    there, wherever their rows fall in the shard, so the merge keeps the rows the unsharded search keeps."""
+    from openbook.corpus import Passage
+
+    vectors = tied_vectors()
+    passages = [Passage(p.id, p.title, p.text, {"type": "even" if i % 2 == 0 else "odd", "all": "yes"})
+                for i, p in enumerate(corpus(N))]
+    rows = {p.id: i for i, p in enumerate(passages)}
+    kb = build(tmp_path / "kb", passages, encode=lambda batch: vectors[[rows[p.id] for p in batch]])
+    q = queries()
+    for num_shards in (2, 3):
+        sharded = load_knowledge_base(shard_knowledge_base(kb.path, num_shards, tmp_path / f"s{num_shards}"))
+        try:
+            for where in (parse_where(["all=yes"]), parse_where(["type=odd"])):
+                for k in KS[:-1]:
+                    scores, found = kb.search(q, k, where=where)
+                    got_scores, got_found = sharded.search(q, k, where=where)
+                    assert got_found.tolist() == found.tolist(), (num_shards, where, k)
+                    np.testing.assert_array_equal(got_scores, scores)
+        finally:
+            sharded.close()
