@@ -34,6 +34,7 @@ from typing import Any
 import numpy as np
 
 from openbook.errors import InputError
+from openbook.index.topk import top_k
 
 OPERATORS = ("eq", "prefix", "gte", "lte")
 CLI_OPERATORS = {"=": "eq", "^=": "prefix", ">=": "gte", "<=": "lte"}
@@ -41,7 +42,7 @@ SYMBOLS = {op: symbol for symbol, op in CLI_OPERATORS.items()}
 FIELD = re.compile(r"[A-Za-z_][A-Za-z0-9_-]{0,99}")
 MAX_CONDITIONS = 32
 MAX_VALUE_CHARS = 1000
-SEARCH_CHUNK_ROWS = 32768  # stored vectors read at once by the exact filtered search
+SEARCH_CHUNK_ROWS = 16384  # stored vectors read at once (as float64) by the exact filtered search
 
 
 
@@ -256,17 +257,20 @@ def no_match(where: Filter, path: Any) -> FilterError:
 
 def exact_search(embeddings, rows: np.ndarray, queries, k: int) -> tuple[np.ndarray, np.ndarray]:
     """The exact top ``k`` (``<= len(rows)``) by inner product of ``queries`` (m, d) with the stored vectors
-    of ``rows`` (sorted): ``(scores float32 (m, k), rows int64 (m, k))``, best first, equal scores by row."""
-    queries = np.ascontiguousarray(queries, dtype=np.float32)
+    of ``rows`` (sorted): ``(scores float32 (m, k), rows int64 (m, k))``, best first, equal scores as
+    :mod:`openbook.index.topk` keeps and lists them."""
+    queries = np.asarray(queries, dtype=np.float32).astype(np.float64)
     m = queries.shape[0]
     best_scores = np.full((m, 0), -np.inf, dtype=np.float32)
     best_rows = np.zeros((m, 0), dtype=np.int64)
     for start in range(0, len(rows), SEARCH_CHUNK_ROWS):
         part = rows[start:start + SEARCH_CHUNK_ROWS]
-        vectors = np.asarray(embeddings[part], dtype=np.float32)
-        scores = np.concatenate([best_scores, queries @ vectors.T], axis=1)
+        # in float64, rounded once to float32: a matrix product rounds each entry by where its row falls in the
+        # blocks (float32's last bit would differ between a shard and the whole book); float64's differences
+        # vanish in that rounding (unless a value lies within them of a float32 halfway point, about 1e-9 of
+        # values), so equal vectors score equally wherever their rows are
+        vectors = np.asarray(embeddings[part], dtype=np.float64)
+        scores = np.concatenate([best_scores, (queries @ vectors.T).astype(np.float32)], axis=1)
         candidates = np.concatenate([best_rows, np.broadcast_to(part, (m, len(part)))], axis=1)
-        order = np.lexsort((candidates, -scores.astype(np.float64)), axis=-1)[:, :k]
-        best_scores = np.take_along_axis(scores, order, 1)
-        best_rows = np.take_along_axis(candidates, order, 1)
-    return best_scores.astype(np.float32, copy=False), best_rows
+        best_scores, best_rows = top_k(scores, candidates, k)
+    return best_scores, best_rows

@@ -23,6 +23,7 @@ from openbook.index.kb.layout import (
     TRAIN_SAMPLE_ROWS,
 )
 from openbook.index.store import map_embeddings, read_npy_header
+from openbook.index.topk import cut_is_open, top_k
 from openbook.progress import progress_bar
 
 # ---------------------------------------------------------------------------------------------------
@@ -108,14 +109,16 @@ def _index_record(index: DenseIndex, params: dict[str, Any], file_name: str) -> 
 
 
 def _search_excluding(index: DenseIndex, queries, k: int, exclude: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Top-k search that never returns ``exclude`` and (where the index finds enough) no -1 entries."""
-    want = k
+    """Top-k search that never returns ``exclude`` and (where the index finds enough) no -1 entries; of rows
+    tied at the k-th place the lowest are kept (:mod:`openbook.index.topk`), so it asks for one result more
+    and, while the last one found still ties with the k-th, for more."""
+    want = min(k + 1, index.ntotal)
     while True:
         scores, ids = index.search(queries, want, exclude=exclude if exclude.size else None)
         found = (ids[:, :k] >= 0).all() if ids.shape[1] >= k else False
-        if found or want >= index.ntotal:
+        if (found and not cut_is_open(scores, ids, k)) or want >= index.ntotal:
             break
-        want = min(index.ntotal, want * 4)  # an approximate search may return fewer: ask for more
+        want = min(index.ntotal, want * 4)  # too few found (an approximate search) or ties past the last
     valid = (ids >= 0).sum(axis=1)
     if ids.shape[1] < k or (valid < k).any():
         usable = int(valid.min())
@@ -123,10 +126,7 @@ def _search_excluding(index: DenseIndex, queries, k: int, exclude: np.ndarray) -
             raise KnowledgeBaseError(f"the {index.type_name} index found no passages for a query")
         warnings.warn(f"the {index.type_name} index found only {usable} of the {k} passages asked for", stacklevel=3)
         k = usable
-    order = np.argsort(ids < 0, axis=1, kind="stable")  # valid results first, in score order
-    ids = np.take_along_axis(ids, order, axis=1)[:, :k]
-    scores = np.take_along_axis(scores, order, axis=1)[:, :k]
-    return scores, ids
+    return top_k(scores, ids, k)
 
 
 def _load_embeddings(path: Path, manifest: dict[str, Any]) -> np.ndarray:

@@ -14,6 +14,7 @@ cluster the sharded knowledge base must be on storage every node sees (the same 
 
 from __future__ import annotations
 
+import os
 import threading
 from pathlib import Path
 from typing import Any
@@ -97,6 +98,22 @@ class ShardServer:
             if len(out) == ITER_BATCH:
                 return out, row + 1
         return out, None
+
+    @staticmethod
+    def memory() -> dict[str, int | None]:
+        """The process serving this shard (a Ray actor's own): ``pid``, ``rss_bytes`` (resident now) and
+        ``peak_rss_bytes``, from ``/proc/self/status`` (None where there is none): what a shard's worker needs."""
+        sizes: dict[str, int | None] = {"rss_bytes": None, "peak_rss_bytes": None}
+        try:
+            with open("/proc/self/status", encoding="ascii") as status:
+                for line in status:
+                    key, _, value = line.partition(":")
+                    name = {"VmRSS": "rss_bytes", "VmHWM": "peak_rss_bytes"}.get(key)
+                    if name:
+                        sizes[name] = int(value.split()[0]) * 1024  # reported in kB
+        except OSError:
+            pass
+        return {"pid": os.getpid(), **sizes}
 
     def close(self) -> None:
         with self._lock:
