@@ -32,7 +32,7 @@ from pathlib import Path
 
 import numpy as np
 
-DEFAULT_SOURCE = Path(__file__).resolve().parents[2] / "shared" / "data" / "wikipedia-2015-core"
+DEFAULT_SOURCE = Path(__file__).resolve().parents[2] / "shared" / "data" / "wikipedia-2015-core"  # ../shared/data
 TWIN_NAME = "wiki2015-twin"
 
 
@@ -113,9 +113,15 @@ def main(argv=None) -> None:
     p.add_argument("--quiet", action="store_true", help="no progress bars")
     args = p.parse_args(argv)
     print_header()
+    from openbook.corpus import check_sources
+    from openbook.errors import InputError
     from openbook.index.kb import disk_usage, parse_index_params
 
     out = args.out or default_out()
+    try:
+        check_sources(args.sources)  # before the encoder loads: a wrong path fails at once
+    except InputError as error:
+        raise SystemExit(f"twin_kb.py: {error}") from None
     start = time.perf_counter()
     info = default_encoder_info()
     kb = build_twin(args.sources, out, encoder_info=info, seed=args.seed, index=args.index,
