@@ -56,6 +56,7 @@ def test_the_twin_stores_what_kb_build_stores_with_random_unit_vectors(bench, ex
 
     real, twin = KnowledgeBase.load(tmp_path / "real"), KnowledgeBase.load(tmp_path / "twin")
     assert len(twin) == len(real) > 5 and rows(twin) == rows(real)  # every passage, id, title and metadata
+    assert twin.documents() == real.documents()  # each row's document (what kb sync compares)
     assert twin.manifest["encoder"] == real.manifest["encoder"]  # `ask --kb TWIN` accepts it as the real book
     assert twin.manifest["build"]["sources"] == real.manifest["build"]["sources"]
     assert "random vectors" in twin.versions[0]["description"]
