@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from openbook.atomic import atomic_dir
+from openbook.atomic import atomic_dir, atomic_output
 from openbook.errors import InputError, positive_int
 from openbook.index.bm25.terms import _Tokenizer, passage_string, stopword_list
 from openbook.index.dense import check_exclude
@@ -163,6 +163,16 @@ class BM25Index:
             self._bm25.save(tmp, show_progress=False)
             meta_path = tmp / META_FILE
             meta_path.write_text(json.dumps(self._meta, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+
+    def record_source(self, directory: str | os.PathLike, source: dict[str, Any]) -> None:
+        """Make ``source`` (what the index was built from) this index's, and that of its copy saved in
+        ``directory`` (its settings file replaced atomically; left as it is where it cannot be written)."""
+        self._meta = {**self._meta, "source": json.loads(json.dumps(source))}
+        try:
+            with atomic_output(Path(directory) / META_FILE) as tmp:
+                tmp.write_text(json.dumps(self._meta, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+        except OSError:
+            pass  # a read-only knowledge base: its cache is still used, after reading its rows
 
     @classmethod
     def load(cls, directory: str | os.PathLike, mmap: bool = True) -> "BM25Index":

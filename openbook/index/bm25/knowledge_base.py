@@ -62,22 +62,28 @@ def knowledge_base_bm25(kb, cache: bool = True, progress: bool = False) -> tuple
     """A BM25 index over every row of ``kb`` (row i = passage of row i), and the rows to exclude.
 
     The index is cached in ``<kb dir>/bm25/`` and the cache is used only if it was built from exactly
-    these rows (a sha256 over their ids, titles and texts) with the default BM25 settings; otherwise it
-    is rebuilt and the cache replaced. If the knowledge-base directory is not writable the index is kept
+    these rows with the default BM25 settings; otherwise it is rebuilt and the cache replaced. The cache
+    records the checksum of the passage store that the knowledge base's manifest records (and its row
+    count): while they are the same, the cache is used without reading a passage (a book's millions of
+    rows are not read at every load). Otherwise the rows are read and compared by a sha256 over their
+    ids, titles and texts, and a cache they match (the rows are the same, e.g. after a deletion marked
+    some) records the new checksum. If the knowledge-base directory is not writable the index is kept
     in memory (with a warning). The excluded rows (deleted, or added after the knowledge base's current
     version; None if there are none) are to be passed as ``exclude`` to :meth:`BM25Index.search`.
     """
+    directory = Path(kb.path) / BM25_CACHE_DIR
+    store = getattr(kb, "rows_key", None)  # a KnowledgeBase's (None for other knowledge bases)
+    cached = _cached_index(directory) if cache else None
+    if cached is not None and store is not None and (cached.source or {}).get("store") == store:
+        excluded = kb.excluded_rows
+        return cached, (excluded if excluded.size else None)
     passages, exclude = knowledge_base_rows(kb)
     fingerprint, count = passages_fingerprint(passages)
-    source = {"kb_passages_sha256": fingerprint, "num_passages": count}
-    directory = Path(kb.path) / BM25_CACHE_DIR
-    if cache and directory.is_dir():
-        try:
-            index = BM25Index.load(directory)
-        except InputError:
-            index = None
-        if index is not None and index.source == source and _default_settings(index):
-            return index, exclude
+    source = {"kb_passages_sha256": fingerprint, "num_passages": count, **({"store": store} if store else {})}
+    if cached is not None and _same_rows(cached.source, source):
+        if store is not None:
+            cached.record_source(directory, source)  # the next load need not read the rows
+        return cached, exclude
     if progress:
         where = f" and caching it in {directory}" if cache else ""
         print(f"openbook: building a BM25 index of {count} passages{where}", file=sys.stderr)
@@ -88,6 +94,22 @@ def knowledge_base_bm25(kb, cache: bool = True, progress: bool = False) -> tuple
         except (OSError, InputError) as exc:
             warnings.warn(f"cannot cache the BM25 index in {directory} ({exc}); keeping it in memory", stacklevel=2)
     return index, exclude
+
+
+def _cached_index(directory: Path) -> BM25Index | None:
+    """The BM25 index cached in ``directory`` if there is a readable one with the default settings."""
+    if not directory.is_dir():
+        return None
+    try:
+        index = BM25Index.load(directory)
+    except InputError:
+        return None
+    return index if _default_settings(index) else None
+
+
+def _same_rows(cached: dict[str, Any] | None, source: dict[str, Any]) -> bool:
+    keys = ("kb_passages_sha256", "num_passages")
+    return cached is not None and all(cached.get(key) == source[key] for key in keys)
 
 
 def _default_settings(index: BM25Index) -> bool:

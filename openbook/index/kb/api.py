@@ -279,6 +279,20 @@ class KnowledgeBase:
         """The passage store."""
         return self._store
 
+    @property
+    def excluded_rows(self) -> np.ndarray:
+        """Sorted int64 rows not visible at this version (deleted as of it, or added after it)."""
+        return self._excluded.copy()
+
+    @property
+    def rows_key(self) -> dict[str, Any] | None:
+        """What identifies the store's rows without reading them (caches kept beside them, e.g. BM25's, compare
+        it): the sha256 the manifest records for the passage store and the row count; None while an interrupted
+        edit is pending (the store may hold rows the manifest does not record)."""
+        if "pending_edit" in self._manifest:
+            return None
+        return {"sha256": self._manifest["files"][STORE_FILE]["sha256"], "num_rows": self._manifest["num_rows"]}
+
     def __len__(self) -> int:
         """Number of passages visible at this version."""
         return self._count
