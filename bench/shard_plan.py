@@ -88,15 +88,9 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 
 def build_rate(manifest: dict) -> float | None:
-    """Passages per second of the build, if its record holds it (a rate, or seconds to divide the rows by)."""
-    record = manifest.get("build") or {}
-    for key in ("passages_per_s", "passages_per_second"):
-        if isinstance(record.get(key), (int, float)) and record[key] > 0:
-            return float(record[key])
-    for key in ("seconds", "elapsed_s", "total_seconds"):
-        if isinstance(record.get(key), (int, float)) and record[key] > 0:
-            return manifest["num_rows"] / float(record[key])
-    return None
+    """Passages encoded per second by the build, as `kb build` records it (``build.seconds``), if it does."""
+    rate = ((manifest.get("build") or {}).get("seconds") or {}).get("encode_passages_per_s")
+    return float(rate) if isinstance(rate, (int, float)) and rate > 0 else None
 
 
 def questions(kb_path: Path, data: Path, count: int) -> np.ndarray:
