@@ -90,6 +90,16 @@ class MetaMixin:
                 "INSERT INTO passages (row, id, title, text, added_version) VALUES (?, ?, ?, ?, ?)",
                 [(start_row + i, p.id, p.title, p.text, version) for i, p in enumerate(passages)])
 
+    def set_meta(self, metas: Sequence[tuple[int, dict[str, Any] | None]]) -> None:
+        """Replace the metadata of rows, given as ``(row, meta)`` pairs (inside the caller's transaction), adding
+        the column for the first metadata."""
+        encoded = [(encode_meta(meta), row) for row, meta in metas]
+        if not self.has_meta and any(m is not None for m, _ in encoded):
+            self._db.execute(f"ALTER TABLE passages ADD COLUMN {META_COLUMN} TEXT")
+            self._meta = META_COLUMN
+        if self.has_meta:
+            self._db.executemany("UPDATE passages SET meta = ? WHERE row = ?", encoded)
+
     def filter_rows(self, where, version: int, num_rows: int) -> np.ndarray:
         """Sorted int64 rows below ``num_rows`` visible at ``version`` whose metadata matches ``where`` (a
         :class:`~openbook.index.filters.Filter`); none in a store without metadata."""

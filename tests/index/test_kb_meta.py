@@ -80,6 +80,33 @@ def test_a_resumed_build_keeps_metadata(tmp_path):
     assert metas(kb) == {p.id: p.meta for p in given}
 
 
+def test_a_resumed_build_keeps_its_vectors_when_only_metadata_changed(tmp_path):
+    """Files touched after a crash (their ``modified`` moved; the texts the same) are not encoded again: the
+    stored passages take the new metadata and the build goes on."""
+    given = passages(12)
+    calls: list[int] = []
+
+    def failing(batch):
+        calls.append(len(batch))
+        if len(calls) == 3:
+            raise KeyboardInterrupt
+        return encode(batch)
+
+    with pytest.raises(KeyboardInterrupt):
+        build(tmp_path / "kb", given, encode=failing, batch_size=4, resume=True)
+    touched = [Passage(p.id, p.title, p.text, {**(p.meta or {}), "modified": "2026-11-28T00:00:00Z"}) for p in given]
+    resumed: list[int] = []
+
+    def counting(batch):
+        resumed.append(len(batch))
+        return encode(batch)
+
+    kb = build(tmp_path / "kb", touched, encode=counting, batch_size=4, resume=True)
+    assert sum(resumed) == 12 - 8  # the two batches encoded before the crash were kept
+    assert metas(kb) == {p.id: p.meta for p in touched}
+    np.testing.assert_array_equal(kb.embeddings, build(tmp_path / "clean", touched, batch_size=4).embeddings)
+
+
 def test_metadata_survives_a_shard_split_and_sharded_edits(tmp_path):
     kb = build(tmp_path / "kb", passages(10))
     out = shard_knowledge_base(kb.path, 3, tmp_path / "sharded")

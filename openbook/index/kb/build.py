@@ -180,15 +180,23 @@ class _Build:
         return rows > 0
 
     def fast_forward(self, store: PassageStore, items: Iterator[SourcePassage]) -> Iterator[SourcePassage] | None:
-        """Skip the passages already stored, checking they are the same; None if the input changed."""
+        """Skip the passages already stored, checking they are the same; None if the input changed.
+
+        A passage whose id, title and text are those stored but whose metadata is not (a file touched since,
+        so its ``modified`` moved) keeps its vector, which depends on its title and text only: its stored
+        metadata is replaced by the new one instead of the build starting over."""
         stored = store.iter_rows(0, self.rows)
-        matched = 0
+        matched, new_meta = 0, []
         items = iter(items)
         for item in items:
             if matched == self.rows:
+                self.update_meta(store, new_meta)
                 return itertools.chain([item], items)
-            _, expected, _ = next(stored)
-            if item.passage == expected:
+            row, expected, _ = next(stored)
+            passage = item.passage
+            if (passage.id, passage.title, passage.text) == (expected.id, expected.title, expected.text):
+                if passage.meta != expected.meta:
+                    new_meta.append((row, passage.meta))
                 matched += 1
                 continue
             row = store.live_rows([item.passage.id]).get(item.passage.id)
@@ -197,7 +205,16 @@ class _Build:
                 stored = store.iter_rows(matched, self.rows)  # re-align: this item took no row
                 continue
             return None
-        return iter(()) if matched == self.rows else None
+        if matched != self.rows:
+            return None
+        self.update_meta(store, new_meta)
+        return iter(())
+
+    def update_meta(self, store: PassageStore, metas: list) -> None:
+        if metas:
+            with store.transaction():
+                store.set_meta(metas)
+            self.note(f"{len(metas)} already encoded passages have new metadata (e.g. their file's time): kept")
 
     def encode_rest(self, store: PassageStore, items: Iterator[SourcePassage]) -> None:
         dtype = self.config["dtype"]
