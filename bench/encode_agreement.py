@@ -36,7 +36,7 @@ sys.path.insert(0, str(HERE))
 from _common import nq_split, print_header, quiet  # noqa: E402
 from build_throughput import can_compile, short  # noqa: E402
 
-WIKI_PASSAGES = 666_158  # what `openbook kb build ../shared/data/wikipedia-2015-core` reads (docs/logs/wiki_read)
+WIKI_PASSAGES = 666_158  # what `openbook kb build ../shared/data/wikipedia-2015-core` reads (docs/benchmarks.md)
 
 
 def top5(queries: np.ndarray, vectors: np.ndarray) -> np.ndarray:

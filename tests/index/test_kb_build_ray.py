@@ -19,6 +19,7 @@ from openbook.index.kb import MANIFEST_FILE, partial_dir
 from openbook.models import load_encoder
 from ray_fixture import ray_local  # noqa: F401
 from tiny_encoders import WORDS, save_sentence_transformers
+from tiny_kb import without_times
 from tolerance import eps, model_tolerance
 
 BATCH = 12
@@ -52,11 +53,7 @@ def ray_encode(encoder_dir: str, workers: int = 2):
 
 
 def manifest_without_times(path) -> dict:
-    manifest = json.loads((path / MANIFEST_FILE).read_text())
-    for key in ("created_at", "updated_at"):
-        manifest.pop(key)
-    for version in manifest["versions"]:
-        version.pop("created_at")
+    manifest = without_times(json.loads((path / MANIFEST_FILE).read_text()))
     manifest["files"].pop("embeddings.npy")  # its checksum; the vectors are compared to float tolerance
     manifest["files"].pop("index.faiss", None)
     return manifest
