@@ -12,7 +12,7 @@ import pytest
 
 from bench_scripts import bench_modules
 from openbook.index import KnowledgeBase
-from tiny_kb import ENCODER, WORDS, corpus, run
+from tiny_kb import ENCODER, WORDS, build_corpus_book
 
 QUESTIONS = ["capital of france", "paris king", "moon orbit earth", "largest planet jupiter", "river lake ocean",
              "music and poem", "war and peace", "sun star light", "water carbon sugar"]
@@ -27,14 +27,10 @@ def bench():
 @pytest.fixture
 def book(tmp_path, capsys, encoders):
     """A 300-passage knowledge base built by `openbook kb build` with its defaults (float16 vectors)."""
-    source = tmp_path / "passages.jsonl"
-    source.write_text("".join(json.dumps({"id": p.id, "title": p.title, "text": p.text}) + "\n"
-                              for p in corpus(300)), encoding="utf-8")
-    code, _, err = run(capsys, "kb", "build", source, "--out", tmp_path / "kb", "--quiet", "--dtype", "float16")
-    assert code == 0, err
+    kb = build_corpus_book(capsys, tmp_path, 300, "--dtype", "float16")
     questions = tmp_path / "questions.jsonl"
     questions.write_text("".join(json.dumps({"question": q}) + "\n" for q in QUESTIONS), encoding="utf-8")
-    return tmp_path / "kb", questions
+    return kb, questions
 
 
 def test_the_json_line_has_the_figures_on_real_vectors(bench, book, capsys):

@@ -11,7 +11,7 @@ import pytest
 
 from bench_scripts import bench_modules
 from ray_fixture import ray_local  # noqa: F401
-from tiny_kb import corpus, run
+from tiny_kb import build_corpus_book
 
 QUESTIONS = ["capital of france", "paris king", "moon orbit earth", "largest planet jupiter", "river lake ocean",
              "music and poem", "war and peace", "sun star light", "water carbon sugar", "novel and queen"]
@@ -26,18 +26,14 @@ def bench():
 @pytest.fixture
 def book(tmp_path, capsys, encoders):
     """A 90-passage knowledge base built by `openbook kb build`, and a data folder of NQ-open records."""
-    source = tmp_path / "passages.jsonl"
-    source.write_text("".join(json.dumps({"id": p.id, "title": p.title, "text": p.text}) + "\n"
-                              for p in corpus(90)), encoding="utf-8")
-    code, _, err = run(capsys, "kb", "build", source, "--out", tmp_path / "kb", "--quiet")
-    assert code == 0, err
+    kb = build_corpus_book(capsys, tmp_path, 90)
     data = tmp_path / "data"
     data.mkdir()
     with gzip.open(data / "nq-open-oracle.dev-split.jsonl.gz", "wt", encoding="utf-8") as fh:
         for i in range(5 * len(QUESTIONS)):  # the held-out fifth is every fifth: QUESTIONS
             fh.write(json.dumps({"question": QUESTIONS[i // 5] if i % 5 == 0 else f"training {i}", "answers": ["x"]})
                      + "\n")
-    return tmp_path / "kb", data
+    return kb, data
 
 
 def test_measures_every_split_and_plans_from_it(bench, book, capsys, ray_local):  # noqa: F811

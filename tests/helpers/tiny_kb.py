@@ -111,6 +111,17 @@ def run(capsys, *argv) -> tuple[int, str, str]:
     return code, out, err
 
 
+def build_corpus_book(capsys, tmp_path: Path, n: int, *extra) -> Path:
+    """``tmp_path/kb``, built by `openbook kb build` (with ``extra`` options) from :func:`corpus` ``(n)``
+    written as JSON Lines."""
+    source = tmp_path / "passages.jsonl"
+    source.write_text("".join(json.dumps({"id": p.id, "title": p.title, "text": p.text}) + "\n"
+                              for p in corpus(n)), encoding="utf-8")
+    code, _, err = run(capsys, "kb", "build", source, "--out", tmp_path / "kb", "--quiet", *extra)
+    assert code == 0, err
+    return tmp_path / "kb"
+
+
 def build_kb(capsys, corpus_dir, out, *extra) -> str:
     code, stdout, err = run(capsys, "kb", "build", corpus_dir / "articles.jsonl", corpus_dir / "psgs.tsv",
                             corpus_dir / "notes", "--out", out, "--quiet", *extra)
