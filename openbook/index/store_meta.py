@@ -75,12 +75,16 @@ class MetaMixin:
         """Whether the store has the metadata column (knowledge bases written before it existed do not)."""
         return self._meta != "NULL"
 
+    def _add_column_for(self, encoded: Sequence[str | None]) -> None:
+        """Add the metadata column (inside the caller's transaction) if the store lacks it and ``encoded`` holds some."""
+        if not self.has_meta and any(m is not None for m in encoded):
+            self._db.execute(f"ALTER TABLE passages ADD COLUMN {META_COLUMN} TEXT")
+            self._meta = META_COLUMN
+
     def _insert_rows(self, start_row: int, passages: Sequence, version: int) -> None:
         """INSERT the passages (inside the caller's transaction), adding the column for the first metadata."""
         metas = [encode_meta(getattr(p, "meta", None)) for p in passages]
-        if not self.has_meta and any(m is not None for m in metas):
-            self._db.execute(f"ALTER TABLE passages ADD COLUMN {META_COLUMN} TEXT")
-            self._meta = META_COLUMN
+        self._add_column_for(metas)
         if self.has_meta:
             self._db.executemany(
                 "INSERT INTO passages (row, id, title, text, added_version, meta) VALUES (?, ?, ?, ?, ?, ?)",
@@ -94,9 +98,7 @@ class MetaMixin:
         """Replace the metadata of rows, given as ``(row, meta)`` pairs (inside the caller's transaction), adding
         the column for the first metadata."""
         encoded = [(encode_meta(meta), row) for row, meta in metas]
-        if not self.has_meta and any(m is not None for m, _ in encoded):
-            self._db.execute(f"ALTER TABLE passages ADD COLUMN {META_COLUMN} TEXT")
-            self._meta = META_COLUMN
+        self._add_column_for([m for m, _ in encoded])
         if self.has_meta:
             self._db.executemany("UPDATE passages SET meta = ? WHERE row = ?", encoded)
 
