@@ -14,6 +14,8 @@ the knowledge base for these questions, with their scores"; what the scores mean
   logits of p(z|x) (``scaled = False``: the RAG score scale does not apply).
 * :class:`HybridRetriever` -- reciprocal rank fusion of the dense and BM25 top ``depth``; the fused
   scores (sums of 1/(60 + rank)) are the logits.
+* :class:`PinnedRetriever` -- another retriever's answers for a fixed set of questions, retrieved once and
+  read from memory (training with a frozen retriever: the index can be released meanwhile).
 
 ``k`` is checked where it enters (:func:`openbook.errors.check_k`: the command line, the API, ``RAG``) and
 only clamped here, to the number of live passages, with a warning (:func:`fit_k`). A sharded or remote retriever is a new subclass implementing
@@ -214,6 +216,53 @@ class HybridRetriever(Retriever):
         fetch = min(max(k, self.depth), available)
         lists = [retriever.search_ids(questions, fetch, where=where) for retriever in self.retrievers]
         return reciprocal_rank_fusion(lists, k)
+
+
+class PinnedRetriever(Retriever):
+    """The top k of a fixed set of questions, retrieved once by ``inner`` and then read from memory.
+
+    Training with a frozen retriever (the paper's Table-6 "Frozen", openbook's default recipe) asks for the same
+    questions' passages at every epoch, and their answer cannot change; reading them from memory lets the
+    knowledge base's index be released while the generator trains (:meth:`release_index`). Any other question,
+    another k or a filter goes to ``inner``, which loads its index again if it was released."""
+
+    def __init__(self, inner: Retriever, questions: Sequence[str], k: int, batch_size: int = 64):
+        import torch
+
+        super().__init__(inner.kb)
+        self.inner, self.k = inner, k
+        self.name, self.scaled = inner.name, inner.scaled
+        self._pinned: dict[str, tuple[np.ndarray, np.ndarray, list]] = {}
+        unique = list(dict.fromkeys(questions))
+        batch_size = positive_int(batch_size, "batch_size")
+        with torch.no_grad():
+            for start in range(0, len(unique), batch_size):
+                batch = unique[start:start + batch_size]
+                hits = inner.retrieve(batch, k)
+                scores = hits.scores.detach().cpu().numpy() if hasattr(hits.scores, "detach") else hits.scores
+                for i, question in enumerate(batch):
+                    self._pinned[question] = (np.asarray(scores[i]), np.asarray(hits.ids[i]), hits.passages[i])
+
+    def use_knowledge_base(self, kb: KnowledgeBaseLike) -> None:
+        super().use_knowledge_base(kb)
+        self.inner.use_knowledge_base(kb)
+        self._pinned.clear()  # another book: nothing pinned holds
+
+    def retrieve(self, questions: Sequence[str], k: int, where: Filter | None = None) -> Hits:
+        questions = [questions] if isinstance(questions, str) else list(questions)
+        if where is None and k == self.k and all(q in self._pinned for q in questions):
+            rows = [self._pinned[q] for q in questions]
+            return Hits(np.stack([r[0] for r in rows]), np.stack([r[1] for r in rows]), [list(r[2]) for r in rows])
+        return self.inner.retrieve(questions, k, where=where)
+
+    def search(self, questions: list[str], k: int, where: Filter | None = None) -> tuple[Any, np.ndarray]:
+        return self.inner.search(questions, k, where=where)
+
+    def release_index(self) -> None:
+        """Release the knowledge base's dense index (its memory) until a question not pinned needs it."""
+        release = getattr(self.kb, "release_index", None)
+        if release is not None:
+            release()
 
 
 def make_retriever(name: str, kb: KnowledgeBaseLike, encode: QueryEncoder | None = None, progress: bool = True) -> Retriever:

@@ -2,8 +2,10 @@
 
 Minimise the negative marginal log-likelihood sum_j -log p(y_j|x_j) with Adam, updating the query
 encoder q(x) and the generator p_theta while the document encoder and the index stay frozen. The
-``frozen`` retriever ablation (Table 6) also freezes q(x). A model without a retriever (the closed-book
-baseline, :class:`~openbook.rag.closed_book.ClosedBook`) trains its generator only.
+``frozen`` retriever ablation (Table 6) also freezes q(x): it then runs in eval mode, and the training
+questions' passages are retrieved once and read from memory while the index is released. A model without
+a retriever (the closed-book baseline, :class:`~openbook.rag.closed_book.ClosedBook`) trains its generator
+only.
 
 Resumable: a checkpoint (written atomically, in safetensors plus JSON: nothing in it is unpickled) holds
 the trainable weights, the optimiser state, the RNG states and the position in the data order, so
@@ -12,11 +14,12 @@ the trainable weights, the optimiser state, the RNG states and the position in t
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import random
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -25,6 +28,7 @@ import torch
 import openbook.train.distributed as distributed
 from openbook.atomic import atomic_dir, exclusive_lock, remove_leftovers_beside
 from openbook.errors import InputError
+from openbook.index.retriever import PinnedRetriever
 from openbook.models.adapters import LORA_MARK, has_lora, lora_tensor_names
 from openbook.models.device import module_device
 from openbook.models.weights import WEIGHTS_FILE, load_weights, read_tensors, save_weights, weights_path, write_tensors
@@ -135,6 +139,14 @@ def trained_tensor_names(rag) -> set[str] | None:
     trained = {id(p) for p in rag.parameters() if p.requires_grad}
     names = {name for name, p in rag.named_parameters() if id(p) in trained or LORA_MARK in name}
     return names | ({"log_scale"} if getattr(rag, "log_scale", None) is not None else set())
+
+
+def _train_mode(rag, cfg: TrainConfig) -> None:
+    """Training mode for what trains. A frozen q(x) stays in eval mode (no dropout): the paper's fixed retriever
+    retrieves the same passages for a question at every step, and its p(z|x) is the one asking sees."""
+    rag.train()
+    if cfg.freeze_retriever and _query_encoder(rag) is not None:
+        _query_encoder(rag).eval()
 
 
 def _set_trainable(rag, cfg: TrainConfig) -> None:
@@ -273,12 +285,35 @@ def train(
     out_dir.mkdir(parents=True, exist_ok=True)
     with distributed.process_group(module_device(rag)):
         if not distributed.is_main():  # rank 0 holds the lock, writes checkpoints, evaluates and reports
-            return _train(rag, examples, cfg, out_dir, resume, None, False, stop_after)
+            with _pinned_retrieval(rag, examples, cfg):
+                return _train(rag, examples, cfg, out_dir, resume, None, False, stop_after)
         # One training process per run folder; holding its lock, the half-written checkpoint copies of a killed
         # run (.checkpoint.building-*, hundreds of MB) cannot belong to a live writer: remove them.
         with exclusive_lock(out_dir / LOCK_FILE, f"training run {out_dir}", InputError):
             remove_leftovers_beside(out_dir / CHECKPOINT)
-            return _train(rag, examples, cfg, out_dir, resume, evaluate, progress, stop_after)
+            with _pinned_retrieval(rag, examples, cfg):
+                return _train(rag, examples, cfg, out_dir, resume, evaluate, progress, stop_after)
+
+
+@contextlib.contextmanager
+def _pinned_retrieval(rag, examples: Sequence[tuple[str, str]], cfg: TrainConfig) -> Iterator[None]:
+    """With a frozen retriever, the training questions' top k retrieved once (q(x) in eval mode) and read from
+    memory at every step (:class:`~openbook.index.retriever.PinnedRetriever`), the knowledge base's index
+    released meanwhile: on a large book its mapped vectors would otherwise stay resident beside the generator's
+    activations. The model's own retriever is back afterwards."""
+    retriever = getattr(rag, "retriever", None)
+    if not cfg.freeze_retriever or retriever is None:
+        yield
+        return
+    if _query_encoder(rag) is not None:
+        _query_encoder(rag).eval()
+    pinned = PinnedRetriever(retriever, [x for x, _ in examples], cfg.k)
+    rag.retriever = pinned
+    pinned.release_index()
+    try:
+        yield
+    finally:
+        rag.retriever = retriever
 
 
 def _train(rag, examples, cfg: TrainConfig, out_dir: Path, resume: bool, evaluate, progress: bool,
@@ -294,7 +329,7 @@ def _train(rag, examples, cfg: TrainConfig, out_dir: Path, resume: bool, evaluat
     total = cfg.max_steps or steps_per_epoch * cfg.epochs
     bar = progress_bar(total=total, initial=state.step, unit="step", desc="training", enabled=progress)
     taken, started = 0, time.perf_counter()
-    rag.train()
+    _train_mode(rag, cfg)
     while state.step < total:
         order = _epoch_order(len(examples), cfg.seed, state.epoch)
         while state.position < len(order) and state.step < total:
@@ -307,7 +342,7 @@ def _train(rag, examples, cfg: TrainConfig, out_dir: Path, resume: bool, evaluat
                             refresh=False)
             bar.update(1)
             if cfg.eval_every and state.step % cfg.eval_every == 0:
-                _evaluate(rag, evaluate, state)
+                _evaluate(rag, evaluate, state, cfg)
             if state.step % cfg.checkpoint_every == 0 or state.step == total:
                 _save(out_dir, rag, optimizer, state, cfg)
             if stop_after is not None and taken >= stop_after:
@@ -316,7 +351,7 @@ def _train(rag, examples, cfg: TrainConfig, out_dir: Path, resume: bool, evaluat
         if state.position >= len(order):
             state.epoch, state.position = state.epoch + 1, 0
     bar.close()
-    _evaluate(rag, evaluate, state)
+    _evaluate(rag, evaluate, state, cfg)
     _save(out_dir, rag, optimizer, state, cfg)
     return state
 
@@ -328,14 +363,14 @@ def _save(out_dir: Path, rag, optimizer, state: TrainState, cfg: TrainConfig) ->
     distributed.barrier()
 
 
-def _evaluate(rag, evaluate, state: TrainState) -> None:
+def _evaluate(rag, evaluate, state: TrainState, cfg: TrainConfig) -> None:
     """Score the dev set into the history (rank 0, which alone has ``evaluate``; the others wait)."""
     if evaluate is not None:
         rag.eval()
         try:
             state.history.append({"step": state.step, "dev": evaluate(rag)})
         finally:
-            rag.train()
+            _train_mode(rag, cfg)
     distributed.barrier()
 
 

@@ -15,6 +15,7 @@ from openbook.index.retriever import (
     BM25Retriever,
     DenseRetriever,
     HybridRetriever,
+    PinnedRetriever,
     Retriever,
     fit_k,
     make_retriever,
@@ -129,6 +130,29 @@ def test_dense_retriever_scores_are_differentiable_wrt_the_query_encoder(parts):
     # float32 inner products of 16-d unit vectors: error a few eps
     np.testing.assert_allclose(plain.scores, hits.scores.detach().numpy(), atol=16 * 4 * np.finfo(np.float32).eps)
 
+
+
+def test_a_pinned_retriever_reads_its_questions_from_memory_and_asks_its_inner_one_otherwise(parts):
+    encoder, kb, _ = parts
+    inner = DenseRetriever(kb, encoder.encode_queries)
+    pinned = PinnedRetriever(inner, ["capital of france", "largest ocean", "capital of france"], 3, batch_size=1)
+    asked = []
+    inner.search = lambda questions, k, where=None: asked.append((list(questions), k)) or DenseRetriever.search(
+        inner, questions, k, where)
+    hits = pinned.retrieve(["largest ocean", "capital of france"], 3)
+    assert asked == []  # read from memory, as the inner retriever found them
+    fresh = DenseRetriever(kb, encoder.encode_queries).retrieve(["largest ocean", "capital of france"], 3)
+    assert hits.ids.tolist() == fresh.ids.tolist() and hits.passages == fresh.passages
+    np.testing.assert_array_equal(hits.scores, fresh.scores)
+    pinned.retrieve(["largest mountain"], 3)  # not pinned
+    pinned.retrieve(["largest ocean"], 2)  # another k
+    assert asked == [(["largest mountain"], 3), (["largest ocean"], 2)]
+    pinned.release_index()  # the knowledge base reads its index again when it is next needed
+    assert pinned.retrieve(["largest mountain"], 3).ids.tolist() == fresh_ids(kb, encoder, "largest mountain")
+
+
+def fresh_ids(kb, encoder, question: str) -> list:
+    return DenseRetriever(kb, encoder.encode_queries).retrieve([question], 3).ids.tolist()
 
 
 def test_rank_fusion_reads_dense_ids_without_a_graph_through_the_query_encoder(parts):

@@ -61,6 +61,31 @@ def test_frozen_retriever_keeps_the_query_encoder(kb, tmp_path):
     assert all(torch.equal(v, params(rag.query_encoder)[k]) for k, v in enc0.items())
 
 
+def test_a_frozen_retriever_retrieves_once_without_dropout_and_releases_the_index(kb, tmp_path, monkeypatch):
+    """A frozen q(x) runs in eval mode (dropout would change its top k from step to step), the training questions'
+    passages are retrieved once and read from memory, and the index is released while the generator trains."""
+    rag = make_rag(kb)
+    modes, seen = [], []
+    rag.query_encoder.register_forward_pre_hook(lambda module, args: modes.append(module.training))
+    retrieve = rag.retrieve
+
+    def watched(questions, k=None, where=None):
+        found = retrieve(questions, k, where)
+        seen.append((type(rag.retriever).__name__, kb._index is None, list(questions), found.ids.copy()))
+        return found
+
+    monkeypatch.setattr(rag, "retrieve", watched)
+    cfg = TrainConfig(k=3, max_steps=4, batch_size=2, freeze_retriever=True, lr_generator=1e-3)
+    train(rag, EXAMPLES, cfg, tmp_path / "run", progress=False)
+    assert modes and not any(modes)  # q(x) ran (once, pinning) and never in training mode
+    assert len(seen) == 4 and all(name == "PinnedRetriever" and released for name, released, _, _ in seen)
+    assert type(rag.retriever).__name__ == "DenseRetriever"  # the model's own retriever is back
+    rag.eval()
+    for _, _, questions, ids in seen:  # what training read is what asking retrieves (the index read again)
+        assert (rag.retrieve(questions, 3).ids == ids).all()
+    assert kb._index is not None
+
+
 def test_interrupted_run_resumes_to_the_same_weights(kb, tmp_path):
     cfg = TrainConfig(k=2, max_steps=6, batch_size=2, grad_accumulation=2, checkpoint_every=2, lr_generator=1e-3,
                       lr_query_encoder=1e-3, epochs=1)

@@ -53,9 +53,8 @@ class KnowledgeBase:
 
     def _set(self, path, manifest, version, store, embeddings, index) -> None:
         self._path, self._manifest, self._version = path, manifest, version
-        self._store, self._embeddings, self._index = store, embeddings, index
-        if index.compressed:  # IVF-PQ / HNSW-SQ8: exact re-ranking of 10·k candidates from d(z) on disk
-            index.rerank_with(embeddings, factor=RERANK_FACTOR)
+        self._store, self._embeddings = store, embeddings
+        self._use_index(index)
         visible_rows = _version_entry(manifest, version)["num_rows"]
         deleted = store.deleted_rows(version)
         later = np.arange(visible_rows, manifest["num_rows"], dtype=np.int64)
@@ -235,7 +234,7 @@ class KnowledgeBase:
     @property
     def dim(self) -> int:
         """Dimension of the document vectors."""
-        return self._index.dim
+        return int(self._manifest["dim"])
 
     @property
     def version(self) -> int:
@@ -271,8 +270,20 @@ class KnowledgeBase:
 
     @property
     def index(self) -> DenseIndex:
-        """The dense index over :attr:`embeddings`."""
+        """The dense index over :attr:`embeddings` (read again if :meth:`release_index` released it)."""
+        if self._index is None:
+            self._use_index(_load_index(self._path, self._manifest, mmap=True))
         return self._index
+
+    def _use_index(self, index: DenseIndex) -> None:
+        if index.compressed:  # IVF-PQ / HNSW-SQ8: exact re-ranking of 10·k candidates from d(z) on disk
+            index.rerank_with(self._embeddings, factor=RERANK_FACTOR)
+        self._index = index
+
+    def release_index(self) -> None:
+        """Drop the dense index (a mapped or loaded file: memory the size of the vectors for a flat index); the
+        next search reads it again. Training with a frozen retriever does this once its passages are pinned."""
+        self._index = None
 
     @property
     def store(self) -> PassageStore:
@@ -392,4 +403,4 @@ class KnowledgeBase:
                 stacklevel=2,
             )
             k = len(self)
-        return _search_excluding(self._index, query_vectors, k, self._excluded)
+        return _search_excluding(self.index, query_vectors, k, self._excluded)
