@@ -75,6 +75,10 @@ def main(argv=None) -> None:
     for conditions in filters:
         where = as_filter(conditions)
         matching = len(kb.matching_rows(where))
+        if not matching:  # nothing to search among: a one-line error for `retrieve --where`, no time here
+            print(f"  {' '.join(conditions)}: no passage matches")
+            rows.append({"filter": conditions, "matching": 0, "first_ms": None, "again_ms": None})
+            continue
 
         def first(where=where):
             fresh = KnowledgeBase.load(args.kb, verify="size")
