@@ -82,7 +82,7 @@ def test_a_frozen_retriever_retrieves_once_without_dropout_and_releases_the_inde
     assert type(rag.retriever).__name__ == "DenseRetriever"  # the model's own retriever is back
     rag.eval()
     for _, _, questions, ids in seen:  # what training read is what asking retrieves (the index read again)
-        assert (rag.retrieve(questions, 3).ids == ids).all()
+        assert (retrieve(questions, 3).ids == ids).all()
     assert kb._index is not None
 
 
