@@ -305,8 +305,7 @@ def _pinned_retrieval(rag, examples: Sequence[tuple[str, str]], cfg: TrainConfig
     if not cfg.freeze_retriever or retriever is None:
         yield
         return
-    if _query_encoder(rag) is not None:
-        _query_encoder(rag).eval()
+    _train_mode(rag, cfg)  # q(x) in eval mode: the passages it pins are the ones it would retrieve
     pinned = PinnedRetriever(retriever, [x for x, _ in examples], cfg.k)
     rag.retriever = pinned
     pinned.release_index()
