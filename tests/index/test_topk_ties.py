@@ -12,7 +12,8 @@ import numpy as np
 import pytest
 
 from openbook.index import KnowledgeBase, load_knowledge_base
-from openbook.index.filters import exact_search, parse_where
+from openbook.index.exact import exact_search
+from openbook.index.filters import parse_where
 from openbook.index.sharded import shard_knowledge_base
 from tiny_kb import DIM, build, corpus
 

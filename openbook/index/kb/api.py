@@ -16,7 +16,8 @@ from openbook.corpus import Passage
 from openbook.corpus.readers import RecordErrors
 from openbook.errors import InputError, KnowledgeBaseError, positive_int
 from openbook.index.dense import DenseIndex, index_class
-from openbook.index.filters import Filter, exact_search, no_match
+from openbook.index.exact import exact_search
+from openbook.index.filters import Filter, no_match
 from openbook.index.kb.build import build_and_publish
 from openbook.index.kb.counts import check_counts
 from openbook.index.kb.documents import delete_document, sync_documents
@@ -62,6 +63,7 @@ class KnowledgeBase:
         self._visible_rows = visible_rows
         self._count = visible_rows - len(deleted)
         self._matches: dict[Filter, np.ndarray] = {}  # the rows of the last filters asked for, at this version
+        self._block_norms: dict[int, float] = {}  # the filtered search's cache (openbook.index.exact)
 
     # -- construction -------------------------------------------------------------------------------
 
@@ -393,7 +395,7 @@ class KnowledgeBase:
             if k > len(rows):
                 warnings.warn(f"asked for k={k} passages but only {len(rows)} match the filter; retrieving "
                               f"{len(rows)}", stacklevel=2)
-            return exact_search(self._embeddings, rows, query_vectors, min(k, len(rows)))
+            return exact_search(self._embeddings, rows, query_vectors, min(k, len(rows)), self._block_norms)
         if len(self) == 0:
             raise KnowledgeBaseError(f"knowledge base {self._path} has no passages at version {self._version}")
         if k > len(self):
