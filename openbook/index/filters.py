@@ -17,11 +17,12 @@ It is written two ways, parsed here into the same type:
   "modified": {"gte": "2026-01-01", "lte": "2026-12-31"}, "section": {"prefix": "Intro"}}``: a field
   maps to a value (equality) or to an object of operators (``eq``, ``prefix``, ``gte``, ``lte``).
 
-The matching rows come from the passage store (``json_extract`` on its ``meta`` column, at the knowledge
-base's version, live rows only: :func:`matching_rows`). The dense search over them is exact whatever the
-index (:func:`exact_search`: inner products with their stored vectors in ``embeddings.npy``, read in
-chunks), so an approximate index (HNSW, IVF-PQ) gives the exact filtered top k too; its cost grows with
-the number of matching passages. Without a filter nothing here runs.
+The matching rows come from the passage store (its index of metadata values, ``passage_meta_values``, or
+in an older store opened read-only ``json_extract`` on every row's ``meta``: :mod:`openbook.index.store_meta`),
+at the knowledge base's version, live rows only (``KnowledgeBase.matching_rows``). The dense search over them
+is exact whatever the index (:func:`exact_search`: inner products with their stored vectors in
+``embeddings.npy``, read in chunks), so an approximate index (HNSW, IVF-PQ) gives the exact filtered top k
+too; its cost grows with the number of matching passages. Without a filter nothing here runs.
 """
 
 from __future__ import annotations
@@ -105,7 +106,8 @@ class Filter:
         return all(c.matches(meta) for c in self.conditions)
 
     def sql(self) -> tuple[str, list]:
-        """``(SQL condition on the passages table, its parameters)``."""
+        """``(SQL condition on the passages table, its parameters)``: the JSON scan of a store without the index
+        of metadata values (:mod:`openbook.index.store_meta`)."""
         parts, params = [], []
         for condition in self.conditions:
             text, values = _condition_sql(condition)

@@ -1,6 +1,6 @@
 """On-disk storage of a knowledge base: the passage store (SQLite) and the embeddings file (.npy).
 
-**Passage store** (``passages.sqlite``): one table, so that millions of passages need not sit in RAM::
+**Passage store** (``passages.sqlite``): a table, so that millions of passages need not sit in RAM::
 
     passages(row INTEGER PRIMARY KEY,   -- = the vector id in embeddings.npy and in the index
              id TEXT NOT NULL,          -- the passage id, unique among live (not deleted) rows
@@ -8,6 +8,10 @@
              added_version INTEGER NOT NULL,
              deleted_version INTEGER,   -- NULL while the row is live
              meta TEXT)                 -- the passage's metadata as JSON, or NULL (store_meta)
+
+beside ``passage_meta_values(field, kind, value, row)``, an index of the metadata values (one entry per
+row and metadata field, created and filled at an older store's first write: store_meta), and
+``passage_documents`` (store_documents).
 
 A row is *visible* at version ``v`` when ``added_version <= v`` and it is not deleted as of ``v``
 (``deleted_version IS NULL OR deleted_version > v``). Rows are only ever appended, in version order, so
@@ -79,7 +83,7 @@ class PassageStore(DocumentsMixin, MetaMixin):
         self._db = connection
         self._writable = writable
         self._lock = threading.RLock()
-        self._meta = self._meta_column()  # "meta", or "NULL" in a store older than the column
+        self._read_schema()  # has it the metadata column, the index of its values (older stores may not)
 
     # -- opening ------------------------------------------------------------------------------------
 
@@ -156,10 +160,11 @@ class PassageStore(DocumentsMixin, MetaMixin):
         with self._lock:
             self._db.execute("BEGIN IMMEDIATE")
             try:
+                self._ensure_meta_values()  # an older store gains the index of metadata values
                 yield
             except BaseException:
                 self._db.execute("ROLLBACK")
-                self._meta = self._meta_column()  # a rolled-back edit may have added the column
+                self._read_schema()  # a rolled-back edit may have added the column or the index
                 raise
             self._db.execute("COMMIT")
 
@@ -283,6 +288,7 @@ class PassageStore(DocumentsMixin, MetaMixin):
         Returns how many rows and deletion marks were undone.
         """
         with self.transaction():
+            self._discard_meta_after(num_rows)
             dropped = self._db.execute("DELETE FROM passages WHERE row >= ?", (num_rows,)).rowcount
             self._discard_documents_after(num_rows)
             undeleted = self._db.execute(
