@@ -35,6 +35,7 @@ from typing import Any
 import numpy as np
 
 from openbook.errors import InputError
+from openbook.index.store_meta import bindable
 from openbook.index.topk import top_k
 
 OPERATORS = ("eq", "prefix", "gte", "lte")
@@ -128,13 +129,13 @@ def _condition_sql(c: Condition) -> tuple[str, list]:
             else:
                 types = "= 'text'" if isinstance(v, str) else "IN ('integer', 'real')"
                 alternatives.append(f"({kind} {types} AND {value} = ?)")
-                params += [path, path, v]
+                params += [path, path, bindable(v)]
         return "(" + " OR ".join(alternatives) + ")", params
     bound = c.values[0]
     types = "= 'text'" if isinstance(bound, str) else "IN ('integer', 'real')"
     if c.op == "prefix":
         return f"({kind} {types} AND substr({value}, 1, ?) = ?)", [path, path, len(bound), bound]
-    return f"({kind} {types} AND {value} {'>=' if c.op == 'gte' else '<='} ?)", [path, path, bound]
+    return f"({kind} {types} AND {value} {'>=' if c.op == 'gte' else '<='} ?)", [path, path, bindable(bound)]
 
 
 # ---------------------------------------------------------------------------------------------------

@@ -341,3 +341,21 @@ def test_an_older_store_gains_the_index_in_its_first_write_transaction_only(tmp_
         np.testing.assert_array_equal(store.filter_rows(where, 1, 60), brute[where])
     store.close()
 
+
+def test_integers_beyond_64_bits_filter_as_sqlite_reads_them(tmp_path):
+    """An integer too big for SQLite (read from the JSON as a real) is stored and compared as a float, by the
+    index and by the JSON scan alike, instead of failing to bind."""
+    metas = {0: {"n": 10 ** 20}, 1: {"n": 1e20}, 2: {"n": 5}, 3: {"n": "100000000000000000000"}, 4: {"n": -10 ** 30}}
+    store = PassageStore.create(tmp_path / "p.sqlite")
+    with store.transaction():
+        store.insert(0, [Passage(f"p{r}", "t", "x", meta) for r, meta in metas.items()], 1)
+    store.close()
+    shutil.copy(tmp_path / "p.sqlite", tmp_path / "copy.sqlite")
+    store, old = PassageStore.open(tmp_path / "p.sqlite"), without_table(tmp_path / "copy.sqlite", tmp_path / "old.sqlite")
+    for condition in (Condition("n", "eq", (10 ** 20, "100000000000000000000")), Condition("n", "gte", (10 ** 19,)),
+                      Condition("n", "lte", (-10 ** 21,)), Condition("n", "eq", (-10 ** 30,))):
+        where = Filter((condition,))
+        expected = np.array([r for r, meta in metas.items() if where.matches(meta)], dtype=np.int64)
+        assert len(expected)
+        np.testing.assert_array_equal(store.filter_rows(where, 1, 5), expected)
+        np.testing.assert_array_equal(old.filter_rows(where, 1, 5), expected)
