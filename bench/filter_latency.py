@@ -1,7 +1,8 @@
 """Filtered dense search on a knowledge base: what a metadata filter (`--where`, the API's "filter") costs.
 
 For each filter, the time of ``KnowledgeBase.search(q, k, where=...)`` for one question: the first time (the
-passage store finds the matching rows: a SQL query over every row's metadata) and again (the knowledge base
+passage store finds the matching rows: a search of its index of metadata values, or in a store written before
+that index a SQL scan of every row's metadata) and again (the knowledge base
 keeps the rows of its last few filters), beside the unfiltered search, each the median of ``--repeats`` (a new
 knowledge base object for every first time, so its cache is empty; the files stay in the page cache), and the
 number of matching passages. The search among the matching rows is exact (``openbook.index.filters``), so its

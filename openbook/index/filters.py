@@ -20,13 +20,14 @@ It is written two ways, parsed here into the same type:
 The matching rows come from the passage store (its index of metadata values, ``passage_meta_values``, or
 in an older store opened read-only ``json_extract`` on every row's ``meta``: :mod:`openbook.index.store_meta`),
 at the knowledge base's version, live rows only (``KnowledgeBase.matching_rows``). The dense search over them
-is exact whatever the index (:func:`exact_search`: inner products with their stored vectors in
-``embeddings.npy``, read in chunks), so an approximate index (HNSW, IVF-PQ) gives the exact filtered top k
-too; its cost grows with the number of matching passages. Without a filter nothing here runs.
+is exact whatever the index (:func:`openbook.index.exact.exact_search`: inner products with their stored
+vectors in ``embeddings.npy``), so an approximate index (HNSW, IVF-PQ) gives the exact filtered top k too;
+its cost grows with the number of matching passages. Without a filter nothing here runs.
 """
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -36,7 +37,6 @@ import numpy as np
 
 from openbook.errors import InputError
 from openbook.index.store_meta import bindable
-from openbook.index.topk import top_k
 
 OPERATORS = ("eq", "prefix", "gte", "lte")
 CLI_OPERATORS = {"=": "eq", "^=": "prefix", ">=": "gte", "<=": "lte"}
@@ -44,7 +44,6 @@ SYMBOLS = {op: symbol for symbol, op in CLI_OPERATORS.items()}
 FIELD = re.compile(r"[A-Za-z_][A-Za-z0-9_-]{0,99}")
 MAX_CONDITIONS = 32
 MAX_VALUE_CHARS = 1000
-SEARCH_CHUNK_ROWS = 16384  # stored vectors read at once (as float64) by the exact filtered search
 
 
 
@@ -174,7 +173,7 @@ def _number(text: str) -> int | float | None:
             value = kind(text)
         except ValueError:
             continue
-        return value if np.isfinite(value) else None
+        return value if kind is int or math.isfinite(value) else None  # an int of any size is a number
     return None
 
 
@@ -257,23 +256,3 @@ def as_filter(where: Filter | dict | str | Sequence[str] | None) -> Filter | Non
 def no_match(where: Filter, path: Any) -> FilterError:
     return FilterError(f"no passage of knowledge base {path} matches the filter {where.describe()}", "filter")
 
-
-def exact_search(embeddings, rows: np.ndarray, queries, k: int) -> tuple[np.ndarray, np.ndarray]:
-    """The exact top ``k`` (``<= len(rows)``) by inner product of ``queries`` (m, d) with the stored vectors
-    of ``rows`` (sorted): ``(scores float32 (m, k), rows int64 (m, k))``, best first, equal scores as
-    :mod:`openbook.index.topk` keeps and lists them."""
-    queries = np.asarray(queries, dtype=np.float32).astype(np.float64)
-    m = queries.shape[0]
-    best_scores = np.full((m, 0), -np.inf, dtype=np.float32)
-    best_rows = np.zeros((m, 0), dtype=np.int64)
-    for start in range(0, len(rows), SEARCH_CHUNK_ROWS):
-        part = rows[start:start + SEARCH_CHUNK_ROWS]
-        # in float64, rounded once to float32: a matrix product rounds each entry by where its row falls in the
-        # blocks (float32's last bit would differ between a shard and the whole book); float64's differences
-        # vanish in that rounding (unless a value lies within them of a float32 halfway point, about 1e-9 of
-        # values), so equal vectors score equally wherever their rows are
-        vectors = np.asarray(embeddings[part], dtype=np.float64)
-        scores = np.concatenate([best_scores, (queries @ vectors.T).astype(np.float32)], axis=1)
-        candidates = np.concatenate([best_rows, np.broadcast_to(part, (m, len(part)))], axis=1)
-        best_scores, best_rows = top_k(scores, candidates, k)
-    return best_scores, best_rows

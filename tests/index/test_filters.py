@@ -215,6 +215,9 @@ def test_the_command_line_syntax():
     page = parse_where(["page=3"])  # the number 3 or the text "3"
     assert page.matches({"page": 3}) and page.matches({"page": "3"}) and not page.matches({"page": 4})
     assert not page.matches({"page": True}) and not page.matches(None) and not page.matches({})
+    huge = parse_where(["id=100000000000000000000", "score<=1e999"])  # beyond int64 is a number; inf is text
+    assert huge.conditions == (Condition("id", "eq", (10 ** 20, "100000000000000000000")),
+                               Condition("score", "lte", ("1e999",)))
 
 
 def test_the_json_syntax_is_the_same_filter():

@@ -2,8 +2,9 @@
 
 Layout of a knowledge-base directory (``FORMAT_VERSION`` 2)::
 
-    passages.sqlite   the passage store: row (= vector id), id, title, text, added/deleted version, and
-                      each row's document and its content hash (see openbook.index.store_documents)
+    passages.sqlite   the passage store: row (= vector id), id, title, text, added/deleted version,
+                      metadata, each row's document and its content hash (openbook.index.store_documents),
+                      and an index of the metadata values for filters (openbook.index.store_meta)
     embeddings.npy    (num_rows, dim) float32 or float16 document vectors, row i = store row i
     index.faiss       the dense index over all rows (after edits: index.v<N>.faiss, named in the manifest)
     manifest.json     what is there, checksums, and the version history (written last, atomically)
