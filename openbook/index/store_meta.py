@@ -147,6 +147,12 @@ def condition_queries(condition, num_rows: int) -> list[tuple[str, list]]:
     return [(sql + " AND substr(value, 1, ?) = ? AND row < ?", params + [len(bound), bound, num_rows])]
 
 
+def _sorted_union(parts: list[np.ndarray]) -> np.ndarray:
+    """The sorted distinct rows of sorted ``parts`` (``np.unique`` hashes: many times slower on 666k rows)."""
+    rows = parts[0] if len(parts) == 1 else np.sort(np.concatenate(parts))
+    return rows[np.r_[True, rows[1:] != rows[:-1]]] if len(rows) else rows
+
+
 class MetaMixin:
     """The metadata column and its index of values (mixed into :class:`~openbook.index.store.PassageStore`,
     which calls :meth:`_read_schema` on opening and after a rolled-back transaction,
@@ -240,8 +246,7 @@ class MetaMixin:
                 (num_rows, version, version, *params))
         rows = None
         for condition in where.conditions:
-            found = np.unique(np.concatenate(
-                [self._rows(sql, params) for sql, params in condition_queries(condition, num_rows)]))
+            found = _sorted_union([self._rows(sql, params) for sql, params in condition_queries(condition, num_rows)])
             rows = found if rows is None else np.intersect1d(rows, found, assume_unique=True)
             if len(rows) == 0:
                 return rows
