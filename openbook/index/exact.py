@@ -103,17 +103,21 @@ def exact_search(embeddings, rows: np.ndarray, queries, k: int,
             found_scores[i].append(scores[i, keep])
             kept[i] += int(keep.sum())
             if kept[i] > 8 * k + BLOCK_ROWS:  # many kept: the k-th best of them rules more out
-                r, s = np.concatenate(found_rows[i]), np.concatenate(found_scores[i])
-                kth[i] = max(kth[i], -np.partition(-s, k - 1)[k - 1])
-                keep = s >= kth[i] - _margins(kth[i:i + 1], delta[i:i + 1])[0]
-                found_rows[i], found_scores[i], kept[i] = [r[keep]], [s[keep]], int(keep.sum())
+                r, s, kth[i] = _near_top(found_rows[i], found_scores[i], kth[i], delta[i], k)
+                found_rows[i], found_scores[i], kept[i] = [r], [s], len(r)
     delta = _error_bound(dim, query_norms, vector_norm)
-    candidates = []
-    for i in range(m):
-        r, s = np.concatenate(found_rows[i]), np.concatenate(found_scores[i])
-        best = -np.partition(-s, k - 1)[k - 1]
-        candidates.append(r[s >= best - _margins(np.array([best]), delta[i:i + 1])[0]])
+    candidates = [_near_top(found_rows[i], found_scores[i], kth[i], delta[i], k)[0] for i in range(m)]
     return _rescore(embeddings, q32, candidates, k)
+
+
+def _near_top(rows: list[np.ndarray], scores: list[np.ndarray], kth: float, delta: float,
+              k: int) -> tuple[np.ndarray, np.ndarray, float]:
+    """``(rows, float32 scores, the k-th best score)`` of one query's candidates (at least k, given in parts) that
+    may still be in the top k: those within the margin of the k-th best (``kth``: a lower bound of it known so far)."""
+    r, s = np.concatenate(rows), np.concatenate(scores)
+    kth = max(kth, float(-np.partition(-s, k - 1)[k - 1]))
+    keep = s >= kth - _margins(np.array([kth]), np.array([delta]))[0]
+    return r[keep], s[keep], kth
 
 
 def _rescore(embeddings, q32: np.ndarray, candidates: list[np.ndarray], k: int) -> tuple[np.ndarray, np.ndarray]:

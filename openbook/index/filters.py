@@ -33,8 +33,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
-
 from openbook.errors import InputError
 from openbook.index.store_meta import bindable
 
@@ -44,7 +42,6 @@ SYMBOLS = {op: symbol for symbol, op in CLI_OPERATORS.items()}
 FIELD = re.compile(r"[A-Za-z_][A-Za-z0-9_-]{0,99}")
 MAX_CONDITIONS = 32
 MAX_VALUE_CHARS = 1000
-
 
 
 class FilterError(InputError):
@@ -156,7 +153,7 @@ def _check_value(value: Any, op: str, where: str) -> Any:
         problem = f"a bound must be a number or a string (an ISO date), got {value!r}"
     elif not isinstance(value, (str, int, float, bool)):
         problem = f"the value must be a string, number or boolean, got {type(value).__name__}"
-    elif isinstance(value, float) and not np.isfinite(value):
+    elif isinstance(value, float) and not math.isfinite(value):
         problem = f"the value must be a finite number, got {value!r}"
     elif isinstance(value, str) and len(value) > MAX_VALUE_CHARS:
         problem = f"the value is longer than {MAX_VALUE_CHARS} characters"
