@@ -18,8 +18,9 @@ or a ``*trivia*`` file in ``--data-dir``); otherwise its rows say "no data offli
 
 Each step writes its result atomically to ``OUT/<task>/<step>.json`` (the eval reports beside it); a re-run
 skips a step whose result exists for the same ``--limit``, so a long run over a large book resumes where it
-was stopped. At the end: a table of this book's figures, the demo book's (the reports in docs/models/default/
-and docs/experiments/fever/, "not measured" where there is none) and the paper's, then one JSON line.
+was stopped. At the end: a table of this book's figures, the demo book's (this bench's own run over it, its step
+records kept in docs/models/default/open-domain/, and the model card's exact match; "not measured" where there
+is none) and the paper's, then one JSON line.
 
 Usage:  OMP_NUM_THREADS=1 PYTHONPATH=. python bench/open_domain.py [--kb DIR] [--data-dir ../shared/data]
         [--out DIR] [--limit N] [--tasks nq,triviaqa,webquestions,curatedtrec,fever] [--only recall|model]
@@ -65,12 +66,14 @@ PAPER_EM = {"nq": 0.445, "triviaqa": 0.568, "webquestions": 0.452, "curatedtrec"
 # Lewis et al. 2020, Table 2 (FEVER-3 / FEVER-2 label accuracy; one RAG figure for both rows), and section 4.4's
 # gold-title overlap: the top retrieved document from a gold article in 71% of claims, one of the top 10 in 90%
 PAPER_FEVER = {"fever3": 0.725, "fever2": 0.895, "top1": 0.71, "top10": 0.90}
-# The demo book's reports (scripts/eval_default.sh steps recall, nq-fp32, webquestions, curatedtrec;
-# scripts/real_runs.sh fever, whose RAG run is FEVER-trained: only its retrieval figures stand for the default's)
+# The demo book's column: this bench's own run over it (its step records kept in DEMO_RUN/<task>/<step>.json) and
+# the model card's exact-match reports (scripts/eval_default.sh steps nq-fp32, webquestions, curatedtrec: the em
+# step's command, run there)
 DOCS = REPO / "docs"
-DEMO_RECALL = {"nq": "recall-nq-dev.json", "webquestions": "recall-webquestions-heldout.json",
-               "curatedtrec": "recall-curatedtrec-heldout.json"}
+DEMO_RUN = DOCS / "models" / "default" / "open-domain"
 DEMO_EM = {"nq": "nq-fp32", "webquestions": "webquestions", "curatedtrec": "curatedtrec"}
+# Until DEMO_RUN holds the default's FEVER step: a FEVER-trained run's report (scripts/real_runs.sh fever), whose
+# retrieval (the default's q(x) over the demo book) alone stands for the default's
 DEMO_FEVER = DOCS / "experiments" / "fever" / "report.json"
 
 
@@ -200,22 +203,20 @@ def fever_figures(headline: dict, model: str | None) -> dict[str, float | None]:
 
 
 def demo_figures(docs: Path = DOCS) -> dict[str, dict[str, float | None]]:
-    """The demo book's figures from the model card's reports (missing reports and figures are left out)."""
+    """The demo book's figures: this bench's step records over it (``DEMO_RUN``) and the model card's exact match
+    (missing records and figures are left out)."""
     demo: dict[str, dict[str, float | None]] = {task: {} for task in TASKS}
-    for task, name in DEMO_RECALL.items():
-        path = docs / "models" / "default" / name
-        if path.exists():
-            report = json.loads(path.read_text(encoding="utf-8"))
-            for retriever, row in report["retrievers"].items():
-                for k, value in row["answer_recall"].items():
-                    demo[task][f"recall@{k} {retriever}"] = value
+    for path in sorted((docs / DEMO_RUN.relative_to(DOCS)).glob("*/*.json")):
+        record = json.loads(path.read_text(encoding="utf-8"))
+        if path.parent.name in demo and record.get("limit") is None:
+            demo[path.parent.name].update(figures_of(path.parent.name, {record["step"]: record}))
     for task, name in DEMO_EM.items():
         path = docs / "models" / "default" / name / "report.json"
         if path.exists():
             demo[task]["exact match"] = json.loads(path.read_text(encoding="utf-8"))["metrics"][
                 EM_METRIC.get(task, "exact_match")]
-    fever = docs / "experiments" / "fever" / "report.json"
-    if fever.exists():  # a FEVER-trained RAG run: its retrieval (the default's q(x) and book), not its accuracy
+    fever = docs / DEMO_FEVER.relative_to(DOCS)
+    if not demo["fever"] and fever.exists():  # no run of the default: a FEVER-trained run's retrieval figures
         demo["fever"].update(fever_figures(json.loads(fever.read_text(encoding="utf-8"))["headline"], None))
     return demo
 
@@ -336,8 +337,9 @@ def main(argv=None, runner=openbook_json) -> dict:
     this = {task: figures_of(task, steps) for task, steps in records.items()}
     rows = table_rows(args.tasks, this, demo_figures(), paper_figures(), missing)
     print("\n" + format_table(rows))
-    print("\ndemo book: the model card's reports (recall@1/5/20 dense and BM25; exact match in float32); its FEVER "
-          "figures are retrieval only (docs/experiments/fever: a FEVER-trained run's 400 claims, same retriever)")
+    print(f"\ndemo book: this bench's run over it ({DEMO_RUN.relative_to(REPO)}) and the model card's exact match "
+          "(float32, the em step's command); without the run's FEVER step, FEVER's figures are retrieval only "
+          f"({DEMO_FEVER.relative_to(REPO)}: a FEVER-trained run, same retriever)")
     seconds = {task: {step: r["seconds"] for step, r in steps.items()} for task, steps in records.items()}
     print("seconds per step (per question, start-up included): " + "; ".join(
         f"{task} {step} {r['seconds']:.0f} ({r['seconds'] / max(1, questions_of(r)):.2f})"

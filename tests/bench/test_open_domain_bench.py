@@ -88,10 +88,29 @@ def test_fever_figures_read_an_experiments_headline(bench):
     assert "3-way accuracy" not in bench.fever_figures(headline, None)  # another run's accuracy is not the default's
 
 
-def test_the_demo_figures_come_from_the_model_cards_reports(bench):
+def test_the_demo_figures_come_from_the_benchs_own_demo_run_and_the_model_card(bench):
     demo = bench.demo_figures()
-    assert 0.0 < demo["nq"]["recall@5 dense"] <= 1.0 and 0.0 < demo["nq"]["exact match"] <= 1.0
-    assert "recall@100 dense" not in demo["nq"] and demo["triviaqa"] == {}
+    for task in ("nq", "webquestions", "curatedtrec"):  # every retriever and k, as over any other book
+        assert all(0.0 <= demo[task][f"recall@{k} {name}"] <= 1.0 for k in bench.KS for name in bench.RETRIEVERS)
+        assert 0.0 < demo[task]["exact match"] <= 1.0
+    assert 0.0 < demo["fever"]["gold title top 10"] <= 1.0  # the default's FEVER accuracy: when the run has it
+    assert demo["triviaqa"] == {}
+    # the run's dense and BM25 recall equal the model card's reports of the same questions and book
+    card = json.loads((bench.DOCS / "models" / "default" / "recall-nq-dev.json").read_text(encoding="utf-8"))
+    for name in ("dense", "bm25"):
+        for k, value in card["retrievers"][name]["answer_recall"].items():
+            assert demo["nq"][f"recall@{k} {name}"] == pytest.approx(value, abs=1e-9)
+
+
+def test_demo_figures_leave_out_a_partial_run(bench, tmp_path):
+    run = tmp_path / bench.DEMO_RUN.relative_to(bench.DOCS) / "nq"
+    run.mkdir(parents=True)
+    record = {"task": "nq", "step": "recall-dense", "result": recall_result("dense")}
+    (run / "recall-dense.json").write_text(json.dumps({**record, "limit": None}))
+    (run / "recall-bm25.json").write_text(json.dumps({**record, "step": "recall-bm25", "limit": 5,
+                                                      "result": recall_result("bm25")}))
+    demo = bench.demo_figures(tmp_path)
+    assert demo["nq"] == {f"recall@{k} dense": v for k, v in zip(bench.KS, (0.2, 0.4, 0.6, 0.8))}
 
 
 def test_triviaqa_is_no_data_without_a_file(bench, tmp_path):
