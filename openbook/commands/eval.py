@@ -124,6 +124,11 @@ def register(subparsers) -> None:
     retrieval.add_argument(
         "--batch-size", type=positive_int, metavar="N", default=64, help="questions per batch (default: %(default)s)"
     )
+    retrieval.add_argument(
+        "--anywhere", action="store_true",
+        help="also the share of questions whose answer is in any passage of the knowledge base: the ceiling of "
+        "every retriever's recall over it (one pass over its passages)",
+    )
     retrieval.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
     retrieval.set_defaults(handler=_cmd_retrieval, subparser=retrieval)
 
@@ -214,11 +219,27 @@ def _cmd_retrieval(args: argparse.Namespace) -> int:
         "encoder": encoder.name,
         **report,
     }
+    if args.anywhere:
+        result.update(_anywhere(questions, kb, args.match, not args.quiet))
     if args.json:
         print(json.dumps(result, ensure_ascii=False, indent=2))
     else:
         print_table(result, sys.stdout)
     return 0
+
+
+def _anywhere(questions, kb, match: str, progress: bool) -> dict[str, Any]:
+    """``answer_anywhere``: the share of ``questions`` whose answer is in some passage of ``kb``, and its seconds."""
+    import time
+
+    from openbook.eval.retrieval import answers_anywhere
+    from openbook.progress import progress_bar
+
+    began = time.perf_counter()
+    texts = progress_bar((passage.text for passage in kb), total=len(kb), desc="answers anywhere", unit="passage",
+                         enabled=progress)
+    found = answers_anywhere(texts, [q["answers"] for q in questions], match)
+    return {"answer_anywhere": float(found.mean()), "answer_anywhere_seconds": round(time.perf_counter() - began, 1)}
 
 
 def _percent(value: float | None) -> str:
@@ -246,3 +267,6 @@ def print_table(result: dict[str, Any], out: TextIO) -> None:
         gold_recall = row["gold_recall"] or {}
         gold = "".join(f"{_percent(gold_recall.get(k)):>{width}}" for k in ks)
         print(f"{name:<{name_width}}  {answer}  {gold}  {row['seconds']:>9.1f}", file=out)
+    if "answer_anywhere" in result:
+        print(f"\nanswer in any passage of the knowledge base: {_percent(result['answer_anywhere'])}% "
+              f"({result['answer_anywhere_seconds']:.1f} s)", file=out)

@@ -47,8 +47,8 @@ from openbook.index.retriever import HYBRID_DEPTH, RETRIEVERS, Retriever, make_r
 DEFAULT_KS = (1, 5, 20, 100)
 MATCH_MODES = ("dpr", "lenient", "regex")  # regex: answers are patterns (CuratedTrec), as in DPR
 RETRIEVER_NAMES = RETRIEVERS
-__all__ = ["HYBRID_DEPTH", "answer_in_passage", "evaluate_retrieval", "gold_match", "knowledge_base_bm25",
-           "recall_at_k", "standard_retrievers"]
+__all__ = ["HYBRID_DEPTH", "answer_in_passage", "answers_anywhere", "evaluate_retrieval", "gold_match",
+           "knowledge_base_bm25", "recall_at_k", "standard_retrievers"]
 
 # DPR's SimpleTokenizer: alphanumeric runs (with combining marks), or any single non-space character.
 _DPR_TOKEN = regex.compile(
@@ -161,6 +161,64 @@ class _Matcher:
             return any(pattern.search(text) for pattern in answers)
         tokens = self.tokens(text)
         return any(_contains(tokens, answer) for answer in answers)
+
+
+def answers_anywhere(texts: Iterable[str], answers: Sequence[Sequence[str]], mode: str = "dpr",
+                     chunk: int = 1000) -> np.ndarray:
+    """For each question's ``answers``, whether any of ``texts`` holds one (:func:`answer_in_passage`): recall at
+    k = every passage, the ceiling of any retriever over these texts. ``(len(answers),)`` bools.
+
+    One pass over ``texts``, ``chunk`` at a time. A chunk, joined by newlines, is searched for each open question's
+    cues: its patterns in ``regex`` mode (multi-line, so that ``^`` and ``$`` match at a passage's ends), else each answer's longest token case-folded in the case-folded NFD text
+    (case folding has no context, so a token of a passage is a substring of the folded text; ``lenient`` drops the
+    accents of both). Only the passages holding a cue are matched exactly."""
+    mode = _check_mode(mode)
+    chunk = positive_int(chunk, "chunk")
+    matcher = _Matcher(mode)
+    wanted = [[matcher.answer(a) for a in row] for row in answers]
+    if mode == "regex":  # in a chunk, ^ and $ are a passage's ends; with \A or \Z, only its passages are searched
+        cues = [[None if "\\A" in a or "\\Z" in a else re.compile(a, re.IGNORECASE | re.MULTILINE) for a in row]
+                for row in answers]
+    else:
+        cues = [[max(t, key=len).casefold() for t in row if t] for row in wanted]
+    found = np.zeros(len(wanted), dtype=bool)
+    block: list[str] = []
+
+    def fold(text: str) -> str:
+        folded = unicodedata.normalize("NFD", text).casefold()
+        if mode == "lenient":  # its tokens have no accents
+            folded = "".join(ch for ch in folded if not unicodedata.combining(ch))
+        return folded
+
+    def search() -> None:
+        if mode == "regex":  # a pattern found in the chunk is looked for in its passages
+            joined = "\n".join(block)
+            for q in np.flatnonzero(~found):
+                found[q] = any(cue is None or cue.search(joined) for cue in cues[q]) and any(
+                    matcher.has_answer(text, wanted[q]) for text in block)
+            return
+        texts_folded = [fold(text) for text in block]
+        folded = "\n".join(texts_folded)  # = fold(joined): folding goes character by character
+        starts = np.cumsum([0] + [len(text) + 1 for text in texts_folded])
+        local = _Matcher(mode)  # this chunk's tokens
+        for q in np.flatnonzero(~found):
+            cued = set()  # the passages holding a cue
+            for cue in cues[q]:
+                at = folded.find(cue)
+                while at >= 0:
+                    i = int(np.searchsorted(starts, at, side="right")) - 1
+                    cued.add(i)
+                    at = folded.find(cue, int(starts[i + 1]))
+            found[q] = any(local.has_answer(block[i], wanted[q]) for i in sorted(cued))
+
+    for text in texts:
+        block.append(text)
+        if len(block) == chunk:
+            search()
+            block.clear()
+    if block:
+        search()
+    return found
 
 
 def _check_questions(questions: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:

@@ -299,6 +299,21 @@ def test_cli_eval_retrieval_json_and_table(tiny, tmp_path, capsys):
     assert any(line.startswith("bm25 ") and "100.0" in line for line in table.splitlines())
 
 
+def test_cli_eval_retrieval_anywhere_is_the_share_answered_by_any_passage(tiny, tmp_path, capsys):
+    encoder_dir, _, kb = tiny
+    rows = QUESTIONS + [{"question": "who is the king of mars", "answers": ["Zorg"]}]  # in no passage
+    questions = write_jsonl(tmp_path / "q.jsonl", rows)
+    args = ["eval", "retrieval", "--kb", str(kb.path), "--questions", str(questions), "--encoder", str(encoder_dir),
+            "--retrievers", "bm25", "--quiet"]
+    assert cli.main(args + ["--json", "--anywhere"]) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert result["answer_anywhere"] == 0.75 and result["answer_anywhere_seconds"] >= 0
+    assert cli.main(args + ["--anywhere"]) == 0
+    assert "answer in any passage of the knowledge base: 75.0%" in capsys.readouterr().out
+    assert cli.main(args + ["--json"]) == 0
+    assert "answer_anywhere" not in json.loads(capsys.readouterr().out)  # one pass over the book: asked for
+
+
 def test_cli_eval_errors_are_one_line_and_early(tmp_path, capsys):
     assert cli.main(["eval", "retrieval", "--questions", str(tmp_path / "missing.jsonl")]) == 2
     err = capsys.readouterr().err
