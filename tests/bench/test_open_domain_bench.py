@@ -56,15 +56,18 @@ def test_qa_steps_reuse_the_model_cards_commands(bench, tmp_path):
     assert list(steps) == ["recall-dense", "recall-bm25", "recall-hybrid", "em"]
     assert steps["recall-bm25"][:2] == ["eval", "retrieval"] and "regex" in steps["recall-bm25"]
     assert "1,5,20,100" in steps["recall-hybrid"] and steps["em"][-4:] == ["--kb", "KB", "--limit", "5"]
+    assert "--anywhere" in steps["recall-dense"] and "--anywhere" not in steps["recall-bm25"]
     em = steps["em"]
     assert em[em.index("--decoding") + 1] == "lazy" and em[em.index("--dtype") + 1] == "float32"
 
 
 def test_the_table_puts_this_book_beside_the_demo_book_and_the_paper(bench):
     records = {f"recall-{name}": {"result": recall_result(name)} for name in bench.RETRIEVERS}
+    records["recall-dense"]["result"]["answer_anywhere"] = 0.9
     records["em"] = {"result": {"metrics": {"regex_match": 0.25}}}
     this = {"curatedtrec": bench.figures_of("curatedtrec", records)}
     assert this["curatedtrec"]["recall@100 hybrid"] == 0.8 and this["curatedtrec"]["exact match"] == 0.25
+    assert this["curatedtrec"][bench.ANYWHERE] == 0.9
     demo = {"curatedtrec": {"recall@5 dense": 0.453}}
     rows = bench.table_rows(["curatedtrec", "triviaqa"], this, demo, bench.paper_figures(),
                             {"triviaqa": bench.NO_DATA})
@@ -72,8 +75,9 @@ def test_the_table_puts_this_book_beside_the_demo_book_and_the_paper(bench):
     assert by[("curatedtrec", "recall@5 dense")] == ["40.0", "45.3", "not reported"]
     assert by[("curatedtrec", "recall@100 dense")] == ["80.0", bench.NOT_MEASURED, "not reported"]
     assert by[("curatedtrec", "exact match")] == ["25.0", bench.NOT_MEASURED, "52.2"]
+    assert by[("curatedtrec", bench.ANYWHERE)] == ["90.0", bench.NOT_MEASURED, "not reported"]
     assert by[("triviaqa", "exact match")] == [bench.NO_DATA, bench.NOT_MEASURED, "56.8"]
-    assert by[("triviaqa", "recall@k, every retriever")][0] == bench.NO_DATA and len(by) == 13 + 2
+    assert by[("triviaqa", "recall@k, every retriever")][0] == bench.NO_DATA and len(by) == 14 + 2
     assert bench.cell({"top1_in_kb": None}, "top1_in_kb") == "n/a"  # a fraction of no claims, not a missing figure
     text = bench.format_table(rows)
     assert len(text.splitlines()) == len(rows) + 1 and "this book" in text.splitlines()[0]
@@ -94,7 +98,7 @@ def test_the_demo_figures_come_from_the_benchs_own_demo_run_and_the_model_card(b
         assert all(0.0 <= demo[task][f"recall@{k} {name}"] <= 1.0 for k in bench.KS for name in bench.RETRIEVERS)
         assert 0.0 < demo[task]["exact match"] <= 1.0
     assert 0.0 < demo["fever"]["gold title top 10"] <= 1.0  # the default's FEVER accuracy: when the run has it
-    assert demo["triviaqa"] == {}
+    assert demo["triviaqa"] == {} and demo["nq"][bench.ANYWHERE] == 1.0  # the demo book holds NQ's gold passages
     # the run's dense and BM25 recall equal the model card's reports of the same questions and book
     card = json.loads((bench.DOCS / "models" / "default" / "recall-nq-dev.json").read_text(encoding="utf-8"))
     for name in ("dense", "bm25"):
