@@ -169,9 +169,10 @@ def answers_anywhere(texts: Iterable[str], answers: Sequence[Sequence[str]], mod
     k = every passage, the ceiling of any retriever over these texts. ``(len(answers),)`` bools.
 
     One pass over ``texts``, ``chunk`` at a time. A chunk, joined by newlines, is searched for each open question's
-    cues: its patterns in ``regex`` mode (multi-line, so that ``^`` and ``$`` match at a passage's ends), else each answer's longest token case-folded in the case-folded NFD text
-    (case folding has no context, so a token of a passage is a substring of the folded text; ``lenient`` drops the
-    accents of both). Only the passages holding a cue are matched exactly."""
+    cues: in ``regex`` mode its patterns (multi-line, so that ``^`` and ``$`` match at a passage's ends), else each
+    answer's longest token, case-folded, in the case-folded NFD text (case folding has no context, so a token of a
+    passage is a substring of the folded text; ``lenient`` drops the accents of both). Only the passages holding a
+    cue are matched exactly."""
     mode = _check_mode(mode)
     chunk = positive_int(chunk, "chunk")
     matcher = _Matcher(mode)

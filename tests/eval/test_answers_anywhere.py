@@ -10,8 +10,8 @@ import pytest
 
 from openbook.eval.retrieval import answer_in_passage, answers_anywhere
 
-WORDS = ["Röntgen", "RÖNTGEN", "Rontgen", "ΟΔΟΣ", "οδος", "Straße", "STRASSE", "18", ",", "2018", "U.S.", "u.s",
-         "the", "a", "İstanbul", "istanbul", "Deadpool", "deadpool 2", "May", "1", "-", "x"]
+WORDS = ["Röntgen", "RÖNTGEN", "Rontgen", "ΟΔΟΣ", "οδος", "Straße", "STRASSE", "18", ",", "2018", "U.S.",
+         "u.s", "the", "a", "İstanbul", "istanbul", "Deadpool", "deadpool 2", "May", "1", "-", "x"]
 
 
 def brute(texts, answers, mode):
