@@ -14,23 +14,27 @@
 #   KB=DIR scripts/train_default.sh open-book  # the same recipe with retrieval over the knowledge base DIR (e.g. the
 #                                         # 2015 Wikipedia of issue 32) on the training questions answerable there;
 #                                         # not shipped: compare it with the default first (docs/models/default.md)
+#   KB=DIR scripts/train_default.sh open-book-init  # the same over DIR, starting from the shipped default's adapters
+#                                         # (--init default) at a third of the learning rate, STEPS default 100
 #
-# DATA points at ../shared/data; STEPS (default 250) is the number of Adam steps of 4 questions.
+# DATA points at ../shared/data; STEPS (default 250, 100 for open-book-init) is the number of Adam steps of 4 questions.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 OB=${OB:-.venv/bin/openbook}
 PY=${PY:-.venv/bin/python}
 DATA=${DATA:-../shared/data}
-STEPS=${STEPS:-250}
+STEPS_DEFAULT=250
+[ "${1:-rag}" = open-book-init ] && STEPS_DEFAULT=100
+STEPS=${STEPS:-$STEPS_DEFAULT}
 TRAIN=runs/data/default-train-answerable.jsonl
-[ "${1:-rag}" = open-book ] && TRAIN=runs/data/open-book-train-answerable.jsonl
+case "${1:-rag}" in open-book*) TRAIN=runs/data/open-book-train-answerable.jsonl ;; esac
 DATA_AND_SCHEDULE="--train $TRAIN --lr-schedule linear --warmup-steps 10 --learn-scale
         --batch-size 4 --k 5 --max-steps $STEPS --seed 0 --checkpoint-every 25"
 RECIPE="$DATA_AND_SCHEDULE --lora 16 --lora-dropout 0 --lr-generator 1e-3"
 FROZEN="$RECIPE --freeze-retriever"
 
 $PY scripts/split_qa_data.py --data-dir "$DATA" --out runs/data
-if [ "${1:-rag}" = open-book ]; then
+if [[ "${1:-rag}" = open-book* ]]; then
   : "${KB:?set KB to the knowledge base to train over}"
   $PY scripts/answerable.py runs/data/default-train.jsonl "$TRAIN" --k 5 --kb "$KB"
 else
@@ -63,5 +67,10 @@ case "${1:-rag}" in
     /usr/bin/time -v $OB train --model rag-sequence $FROZEN --batch-size 1 --grad-accumulation 4 --kb "$KB" \
         --out runs/default-open-book $resume \
         2> >(tee runs/default-open-book.time >&2) ;;
-  *) echo "usage: scripts/train_default.sh [rag|closed-book|learned|full|open-book]" >&2; exit 2 ;;
+  open-book-init)
+    resume=$([ -f runs/default-open-book-init/checkpoint/state.json ] && echo --resume || true)
+    /usr/bin/time -v $OB train --model rag-sequence $DATA_AND_SCHEDULE --lr-generator 3e-4 --lora-dropout 0 \
+        --freeze-retriever --init default --batch-size 1 --grad-accumulation 4 --kb "$KB" \
+        --out runs/default-open-book-init $resume 2> >(tee runs/default-open-book-init.time >&2) ;;
+  *) echo "usage: scripts/train_default.sh [rag|closed-book|learned|full|open-book|open-book-init]" >&2; exit 2 ;;
 esac

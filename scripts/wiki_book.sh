@@ -11,7 +11,8 @@
 # Steps: build (`openbook kb build` with the defaults, hours on 2 AVX2 cores), index (bench/index_scale.py:
 # recall@10 and search time of each index kind on the book's vectors, NQ questions), recall (answer
 # recall@1/5/20/100, dense/BM25/hybrid), latency (bench/ask_latency.py --kb), shards (bench/shard_plan.py),
-# quality (exact match and FEVER with the shipped default), train (scripts/train_default.sh open-book).
+# quality (exact match and FEVER with the shipped default), train (scripts/train_default.sh open-book: fresh
+# adapters), train-init (scripts/train_default.sh open-book-init: the shipped default's adapters trained further).
 # KB (default $OPENBOOK_CACHE/kb/wiki2015), DATA (../shared/data), LOGS ($OPENBOOK_CACHE/wiki-book).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -47,10 +48,11 @@ run() {
     shards) step shards $PY bench/shard_plan.py --kb "$KB" --data "$DATA" ;;
     quality) step quality env OMP_NUM_THREADS=2 $PY bench/open_domain.py --kb "$KB" --data-dir "$DATA" ;;
     train) step train env KB="$KB" DATA="$DATA" scripts/train_default.sh open-book ;;
-    *) echo "unknown step $1 (build, index, recall, latency, shards, quality, train)" >&2; exit 2 ;;
+    train-init) step train-init env KB="$KB" DATA="$DATA" scripts/train_default.sh open-book-init ;;
+    *) echo "unknown step $1 (build, index, recall, latency, shards, quality, train, train-init)" >&2; exit 2 ;;
   esac
 }
 
 steps=("$@")
-[ ${#steps[@]} -eq 0 ] && steps=(build index recall latency shards quality train)
+[ ${#steps[@]} -eq 0 ] && steps=(build index recall latency shards quality train train-init)
 for s in "${steps[@]}"; do run "$s"; done

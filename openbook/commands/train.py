@@ -61,6 +61,11 @@ def register(commands) -> None:
     p.add_argument("--dev-limit", type=positive_int, default=200, help="dev questions evaluated (default: %(default)s)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--resume", action="store_true", help="continue the run in --out from its checkpoint")
+    p.add_argument("--init", metavar="RUN",
+                   help="start from the trained weights of RUN, an `openbook train --out` folder or `default` (the "
+                        "shipped default model), instead of the base model: its LoRA adapters (or generator), score "
+                        "scale and query encoder; its generator, encoder, LoRA rank, context length and prompt are "
+                        "kept (--generator, --encoder, --lora given as well must agree). A new run, not --resume")
     p.add_argument("--nproc", type=positive_int, metavar="N",
                    help="train data-parallel in N local processes (DDP through torchrun; --batch-size is the global "
                         "batch and must divide by N); `torchrun --nproc-per-node N -m openbook train ...` is the same")
@@ -117,6 +122,7 @@ def _as_path(path: str) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
+    from openbook.commands.train_init import init_run, start_from
     from openbook.errors import InputError
     from openbook.rag.assemble import encoder_name, write_run_spec
     from openbook.train import TrainConfig, distributed, train
@@ -151,11 +157,16 @@ def run(args: argparse.Namespace) -> int:
         from openbook.models.adapters import LoraSettings
 
         lora = LoraSettings(r=args.lora, alpha=args.lora_alpha or 2 * args.lora, dropout=args.lora_dropout)
+    init = None
+    if args.init:  # checked before the models load
+        init, lora = init_run(args, lora)
     rag = options.model_from_args(args, learn_scale=args.learn_scale, untrained=True)
     if lora is not None:
         from openbook.models.adapters import add_lora
 
         add_lora(rag.generator.model, lora)
+    if init is not None:
+        start_from(rag, *init)
     if args.max_context_length:
         rag.generator.max_context_length = args.max_context_length
     main = distributed.is_main()  # under torchrun, rank 0 alone writes the run's files and prints
@@ -164,7 +175,7 @@ def run(args: argparse.Namespace) -> int:
                        kb=args.kb, retriever=args.retriever, k=args.k, learn_scale=args.learn_scale,
                        freeze_retriever=frozen, train=_as_path(args.train),
                        task=args.task, max_context_length=rag.generator.max_context_length,
-                       lora=lora.to_dict() if lora is not None else None,
+                       lora=lora.to_dict() if lora is not None else None, init=str(init[0]) if init else None,
                        prompt=getattr(rag.generator, "prompt_settings", dict)() or None)
     cfg = TrainConfig(
         k=args.k, epochs=args.epochs, max_steps=args.max_steps, batch_size=args.batch_size,
