@@ -175,8 +175,9 @@ def run(args: argparse.Namespace) -> int:
                        kb=args.kb, retriever=args.retriever, k=args.k, learn_scale=args.learn_scale,
                        freeze_retriever=frozen, train=_as_path(args.train),
                        task=args.task, max_context_length=rag.generator.max_context_length,
-                       lora=lora.to_dict() if lora is not None else None, init=str(init[0]) if init else None,
-                       prompt=getattr(rag.generator, "prompt_settings", dict)() or None)
+                       lora=lora.to_dict() if lora is not None else None,
+                       prompt=getattr(rag.generator, "prompt_settings", dict)() or None,
+                       **({"init": str(init[0])} if init else {}))
     cfg = TrainConfig(
         k=args.k, epochs=args.epochs, max_steps=args.max_steps, batch_size=args.batch_size,
         grad_accumulation=args.grad_accumulation, lr_generator=args.lr_generator,
