@@ -20,28 +20,35 @@ sys.path.insert(0, str(REPO))
 from openbook.eval.metrics.significance import mcnemar, paired_bootstrap  # noqa: E402
 
 
+def compare_files(a_file, b_file, metric: str = "exact_match") -> dict:
+    """Both reports' mean ``metric``, the number of equal predictions, McNemar (right/wrong metrics only) and a
+    paired bootstrap of B - A; SystemExit if they are not on the same questions in the same order."""
+    reports = [json.loads(Path(f).read_text(encoding="utf-8"))["predictions"] for f in (a_file, b_file)]
+    if [r["input"] for r in reports[0]] != [r["input"] for r in reports[1]]:
+        sys.exit(f"compare_reports: {a_file} and {b_file} are not on the same questions in the same order")
+    a, b = ([r["scores"][metric] for r in rows] for rows in reports)
+    binary = all(v in (0, 1) for v in a + b)  # McNemar needs right/wrong; Q-BLEU, F1 ... get the bootstrap only
+    test, boot = (mcnemar(a, b) if binary else None), paired_bootstrap(b, a)
+    same = sum(x.get("prediction") == y.get("prediction") for x, y in zip(*reports))
+    return {"metric": metric, "n": len(a), "same_predictions": same, "a": sum(a) / len(a), "b": sum(b) / len(b),
+            "a_only": test.a_only if test else None, "b_only": test.b_only if test else None,
+            "mcnemar_p": test.p_value if test else None, "diff": boot.diff, "ci95": list(boot.ci95),
+            "bootstrap_p": boot.p_value}
+
+
 def main(argv=None) -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("a")
     p.add_argument("b")
     p.add_argument("--metric", default="exact_match")
     args = p.parse_args(argv)
-    reports = [json.loads(Path(f).read_text(encoding="utf-8"))["predictions"] for f in (args.a, args.b)]
-    if [r["input"] for r in reports[0]] != [r["input"] for r in reports[1]]:
-        sys.exit("compare_reports: the two reports are not on the same questions in the same order")
-    a, b = ([r["scores"][args.metric] for r in rows] for rows in reports)
-    binary = all(v in (0, 1) for v in a + b)  # McNemar needs right/wrong; Q-BLEU, F1 ... get the bootstrap only
-    test, boot = (mcnemar(a, b) if binary else None), paired_bootstrap(b, a)
-    same = sum(x.get("prediction") == y.get("prediction") for x, y in zip(*reports))
-    print(f"{args.metric}: A {sum(a) / len(a):.4f}  B {sum(b) / len(b):.4f}  (n={len(a)}, same prediction {same})")
-    if test:
-        print(f"McNemar: A only {test.a_only}, B only {test.b_only}, p={test.p_value:.4f}")
-    print(f"bootstrap B-A: {boot.diff:+.4f}, 95% CI [{boot.ci95[0]:+.4f}, {boot.ci95[1]:+.4f}], p={boot.p_value:.4f}")
-    print(json.dumps({"metric": args.metric, "n": len(a), "same_predictions": same,
-                      "a": sum(a) / len(a), "b": sum(b) / len(b),
-                      "mcnemar_p": test.p_value if test else None, "diff": boot.diff, "ci95": list(boot.ci95),
-                      "bootstrap_p": boot.p_value}))
-
+    r = compare_files(args.a, args.b, args.metric)
+    print(f"{r['metric']}: A {r['a']:.4f}  B {r['b']:.4f}  (n={r['n']}, same prediction {r['same_predictions']})")
+    if r["mcnemar_p"] is not None:
+        print(f"McNemar: A only {r['a_only']}, B only {r['b_only']}, p={r['mcnemar_p']:.4f}")
+    print(f"bootstrap B-A: {r['diff']:+.4f}, 95% CI [{r['ci95'][0]:+.4f}, {r['ci95'][1]:+.4f}], p={r['bootstrap_p']:.4f}")
+    print(json.dumps({key: r[key] for key in ("metric", "n", "same_predictions", "a", "b", "mcnemar_p", "diff",
+                                               "ci95", "bootstrap_p")}))
 
 if __name__ == "__main__":
     main()
