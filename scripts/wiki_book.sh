@@ -40,8 +40,10 @@ step() {  # step NAME COMMAND...: run unless its log already ends with a JSON li
 
 run() {
   case $1 in
-    build) if [ -f "$KB/manifest.json" ]; then step build $OB kb info "$KB" --json  # built before: its figures
-           else step build $OB kb build "$DATA/wikipedia-2015-core" --out "$KB" --json; fi ;;
+    # kb build/info --json print an indented object: json.tool --compact makes it the log's last line
+    build) if [ -f "$KB/manifest.json" ]; then step build bash -c "$OB kb info '$KB' --json | $PY -m json.tool --compact"
+           else step build bash -c "set -o pipefail; $OB kb build '$DATA/wikipedia-2015-core' --out '$KB' --json \
+               | $PY -m json.tool --compact"; fi ;;
     index) step index env OMP_NUM_THREADS=2 $PY bench/index_scale.py --kb "$KB" --data-dir "$DATA" \
         --kinds flat,hnsw,hnsw_sq8,ivfpq --hnsw-ef-construction 200 ;;
     recall) step recall env OMP_NUM_THREADS=2 $PY bench/open_domain.py --kb "$KB" --data-dir "$DATA" --only recall ;;
