@@ -2,18 +2,18 @@
 
 from __future__ import annotations
 
-import importlib.util
+import importlib
 import json
+import sys
 from pathlib import Path
 
-SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "open_book_candidates.py"
+SCRIPTS = Path(__file__).resolve().parents[2] / "scripts"
 
 
 def _module():
-    spec = importlib.util.spec_from_file_location("open_book_candidates", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    if str(SCRIPTS) not in sys.path:
+        sys.path.insert(0, str(SCRIPTS))
+    return importlib.import_module("open_book_candidates")
 
 
 def _report(path: Path, right: list[int]) -> Path:
