@@ -52,13 +52,9 @@ def start_from(rag, folder: Path, spec: dict) -> None:
     """Load RUN's trained weights into ``rag`` (built as :func:`init_run` set it up) and use its prompt."""
     from openbook.models.adapters import has_lora, lora_tensor_names
     from openbook.models.weights import load_weights, weights_path
+    from openbook.rag.assemble import apply_run_prompt
 
-    prompt = spec.get("prompt")
-    if isinstance(prompt, dict) and hasattr(rag.generator, "set_prompt"):
-        try:
-            rag.generator.set_prompt(prompt.get("template"), prompt.get("system"))
-        except ValueError as error:
-            raise InputError(f"{folder}/run.json: {error}") from None
+    apply_run_prompt(rag.generator, spec, folder)
     lora = has_lora(rag.generator)
     load_weights(rag, weights_path(folder / "checkpoint", hint="is it an `openbook train --out` run?"),
                  f"the weights of {folder}", required=lora_tensor_names(rag) if lora else None)

@@ -201,6 +201,18 @@ def read_run_spec(run_dir: str | Path, **overrides) -> dict:
     return spec
 
 
+def apply_run_prompt(generator, spec: dict, run_dir) -> None:
+    """Give ``generator`` (if it takes a prompt) the prompt a run's ``spec`` records; InputError naming the run."""
+    prompt = spec.get("prompt")
+    if prompt and hasattr(generator, "set_prompt"):
+        if not isinstance(prompt, dict) or set(prompt) - {"template", "system"}:
+            raise InputError(f"{run_dir}/{RUN_FILE}: 'prompt' must be {{\"template\": ..., \"system\": ...}}")
+        try:
+            generator.set_prompt(prompt.get("template"), prompt.get("system"))
+        except ValueError as error:
+            raise InputError(f"{run_dir}/{RUN_FILE}: {error}") from None
+
+
 def load_run(run_dir: str | Path, kb=None, **overrides):
     """The model of a training run (``openbook train --out DIR``) with its trained weights.
 
@@ -222,14 +234,7 @@ def load_run(run_dir: str | Path, kb=None, **overrides):
                          retriever=spec.get("retriever", "dense"))
     if spec.get("max_context_length"):  # what the run was trained with
         model.generator.max_context_length = int(spec["max_context_length"])
-    prompt = spec.get("prompt")
-    if prompt and hasattr(model.generator, "set_prompt"):  # the prompt the run was trained with
-        if not isinstance(prompt, dict) or set(prompt) - {"template", "system"}:
-            raise InputError(f"{run_dir}/{RUN_FILE}: 'prompt' must be {{\"template\": ..., \"system\": ...}}")
-        try:
-            model.generator.set_prompt(prompt.get("template"), prompt.get("system"))
-        except ValueError as error:
-            raise InputError(f"{run_dir}/{RUN_FILE}: {error}") from None
+    apply_run_prompt(model.generator, spec, run_dir)  # the prompt the run was trained with
     what = f"the model {run_dir}/{RUN_FILE} describes"
     if spec.get("lora"):  # the checkpoint holds the adapters (and what else was trained), not the base model:
         # folded into the base weights (answering then costs what the base model costs), the rest loaded
