@@ -43,12 +43,11 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "scripts"))
 from _common import print_header, quiet  # noqa: E402
+from compare_reports import MODEL_CARD_ASK as ASK  # noqa: E402  (the model card's settings)
 
 TASKS = ("nq", "triviaqa", "webquestions", "curatedtrec", "fever")
 RETRIEVERS = ("dense", "bm25", "hybrid")
 KS = (1, 5, 20, 100)
-# scripts/eval_default.sh's settings as the model card ran them (ASK="--beams 1 --decoding lazy ...", float32)
-ASK = ("--beams", "1", "--decoding", "lazy", "--max-new-tokens", "16", "--dtype", "float32")
 NO_DATA = "no data offline"
 ANYWHERE = "answer in any passage"  # eval retrieval --anywhere: recall at k = every passage
 NOT_MEASURED = "not measured"

@@ -31,9 +31,9 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "scripts"))
+from compare_reports import MODEL_CARD_ASK as ASK  # noqa: E402
 from compare_reports import compare_files  # noqa: E402
 
-ASK = ("--beams", "1", "--decoding", "lazy", "--max-new-tokens", "16", "--dtype", "float32")
 RUNS = ("runs/default-open-book", "runs/default-open-book-init")
 MAX_DEMO_LOSS = 0.01  # the "loses at most 1 point" over the demo book
 ALPHA = 0.05

@@ -64,3 +64,15 @@ def test_a_candidate_not_significantly_better_over_the_book_is_not_shipped():
     module = _module()
     ship, why = module.verdict({"a": 0.20, "b": 0.22, "mcnemar_p": 0.4}, {"a": 0.5, "b": 0.5})
     assert not ship and "not better" in why
+
+
+def test_candidates_and_the_open_domain_bench_decode_as_the_model_card():
+    """The candidates' reports are compared question by question with bench/open_domain.py's: one setting for both."""
+    from bench_scripts import bench_modules
+
+    module = _module()
+    compare_reports = importlib.import_module("compare_reports")
+    with bench_modules("open_domain") as bench:
+        assert module.ASK is compare_reports.MODEL_CARD_ASK and bench.ASK is compare_reports.MODEL_CARD_ASK
+    assert dict(zip(module.ASK[::2], module.ASK[1::2])) == {
+        "--beams": "1", "--decoding": "lazy", "--max-new-tokens": "16", "--dtype": "float32"}
