@@ -19,9 +19,9 @@ sys.path.insert(0, str(REPO))
 
 from openbook.eval.metrics.significance import mcnemar, paired_bootstrap  # noqa: E402
 
-# How the model card's reports are made (scripts/eval_default.sh's ASK with Lazy decoding, which gives Fast's answers
-# sooner, in float32): greedy, at most 16 new tokens. Reports compared question by question must be made alike: bench/open_domain.py and
-# scripts/open_book_candidates.py make theirs with these.
+# How the model card's reports are made (scripts/eval_default.sh's ASK with Lazy decoding, which gives Fast's
+# answers sooner, in float32): greedy, at most 16 new tokens. Reports compared question by question must be made
+# alike: bench/open_domain.py and scripts/open_book_candidates.py make theirs with these.
 MODEL_CARD_ASK = ("--beams", "1", "--decoding", "lazy", "--max-new-tokens", "16", "--dtype", "float32")
 
 
