@@ -164,8 +164,11 @@ def from_kb(kb_dir: Path, questions_file: Path | None, data_dir: Path, queries: 
 # -- what `openbook kb build` would choose ------------------------------------------------------------
 
 
-def kb_build_default(n: int) -> tuple[str, str]:
-    """(index kind ``openbook kb build`` chooses for ``n`` passages without ``--index``, the rule it follows)."""
-    from openbook.index.kb.layout import DEFAULT_INDEX
+def kb_build_default(n: int, dim: int) -> tuple[str, str]:
+    """(index kind ``openbook kb build`` chooses for ``n`` vectors of ``dim`` without ``--index``, the rule it follows)."""
+    from openbook.index.kb.indexing import FLAT_MAX_COMPONENTS, resolve_index
+    from openbook.presets import AUTO_INDEX
 
-    return DEFAULT_INDEX, "DEFAULT_INDEX in openbook/index/kb/layout.py: the same kind at every size"
+    kind, _ = resolve_index(AUTO_INDEX, {}, n, dim)
+    return kind.type_name, (f"openbook/index/kb/indexing.py resolve_index: flat while rows x dim <= "
+                            f"FLAT_MAX_COMPONENTS = {FLAT_MAX_COMPONENTS:,}")

@@ -326,9 +326,9 @@ def main(argv=None) -> int:
     return 0
 
 
-def kb_default(by_kind: dict[str, dict], n: int) -> dict:
-    """The index kind ``openbook kb build`` chooses for ``n`` passages, with its figures measured here."""
-    kind, rule = kb_build_default(n)
+def kb_default(by_kind: dict[str, dict], n: int, dim: int) -> dict:
+    """The index kind ``openbook kb build`` chooses for ``n`` passages of ``dim``, with its figures measured here."""
+    kind, rule = kb_build_default(n, dim)
     out = {"kb_build_default_index": kind, "kb_build_default_rule": rule}
     row = by_kind.get(kind)
     if row is None:
@@ -360,7 +360,7 @@ def report(rows: list[dict], vectors: Vectors) -> None:
             f"| {row['bytes_per_vector']:.1f} | {row['recall_at_10']:.4f} | {row['latency_b1_ms']:.3f} | "
             f"{row['latency_b64_ms']:.3f} | {speedup:.1f}x |")
 
-    default = kb_default(by_kind, n)
+    default = kb_default(by_kind, n, dim)
     log(f"\n{default.pop('line')}")
 
     checked = check_targets(by_kind)

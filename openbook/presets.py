@@ -24,6 +24,7 @@ DTYPES = ("auto", "float32", "bfloat16", "int8")  # the generator's number type;
 DEVICES = ("auto", "cpu", "cuda")  # where the models run; auto: cuda when there is a GPU
 EMBEDDING_DTYPES = ("float32", "float16")  # how a knowledge base stores its document vectors
 ON_ERROR = ("stop", "skip")  # what reading a corpus does with a bad record
+AUTO_INDEX = "auto"  # a knowledge base's default index: the kind chosen by its number of vectors when it is indexed
 
 
 @dataclass(frozen=True)

@@ -45,7 +45,7 @@ run() {
            else step build bash -c "set -o pipefail; $OB kb build '$DATA/wikipedia-2015-core' --out '$KB' --json \
                | $PY -m json.tool --compact"; fi ;;
     index) step index env OMP_NUM_THREADS=2 $PY bench/index_scale.py --kb "$KB" --data-dir "$DATA" \
-        --kinds flat,hnsw,hnsw_sq8,ivfpq --hnsw-ef-construction 200 ;;
+        --kinds flat,hnsw --hnsw-ef-construction 200 ;;
     recall) step recall env OMP_NUM_THREADS=2 $PY bench/open_domain.py --kb "$KB" --data-dir "$DATA" --only recall ;;
     latency) step latency $PY bench/ask_latency.py --kb "$KB" ;;
     shards) step shards $PY bench/shard_plan.py --kb "$KB" --data "$DATA" ;;

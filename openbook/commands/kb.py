@@ -21,7 +21,7 @@ from typing import Any
 
 from openbook.commands import kb_build, kb_documents, kb_info, kb_shard, options, positive_int
 from openbook.commands.kb_encode import RAY_BATCH, build_encode_passages, check_build_compile, encode_fn
-from openbook.presets import DTYPES, EMBEDDING_DTYPES, ON_ERROR
+from openbook.presets import AUTO_INDEX, DTYPES, EMBEDDING_DTYPES, ON_ERROR
 
 
 def load_encoder(name: str):
@@ -90,8 +90,9 @@ def _register_build(actions) -> None:
     build.add_argument("--out", required=True, metavar="DIR", help="the knowledge-base directory to write")
     build.add_argument("--encoder", metavar="NAME_OR_PATH", default=None,
                        help="document encoder d(z); queries must use the same one (default: the offline all-MiniLM-L6-v2)")
-    build.add_argument("--index", default="flat", metavar="TYPE",
-                       help="index type: flat (exact), hnsw, ivfpq or hnsw_sq8 (default: %(default)s)")
+    build.add_argument("--index", default=AUTO_INDEX, metavar="TYPE",
+                       help="index type: flat (exact), hnsw, ivfpq or hnsw_sq8; auto (the default) is flat for "
+                            "small books and hnsw for large ones (docs/guide/knowledge-bases.md)")
     build.add_argument("--index-param", action="append", default=[], metavar="KEY=VALUE",
                        help="an index parameter, e.g. M=32 or nlist=4096 (repeatable)")
     build.add_argument("--max-words", type=positive_int, default=100, metavar="N",
@@ -216,15 +217,15 @@ def _edited(path: Path, version: int) -> int:
 
 def _cmd_build(args: argparse.Namespace) -> int:
     from openbook.corpus import check_sources, iter_source_passages
-    from openbook.index.dense import index_class
     from openbook.index.kb import KnowledgeBase, disk_usage, parse_index_params, partial_dir
+    from openbook.index.kb.indexing import check_index_type
     from openbook.index.kb.folder import _locked, check_out_dir, check_replaceable
     from openbook.index.kb.layout import LOCK_FILE
 
     # Everything that can be checked without the encoder is checked first (fails in milliseconds).
     sources = check_sources(args.sources)
     params = parse_index_params(args.index_param)
-    kind = index_class(args.index)
+    index_type = check_index_type(args.index, params)
     out = check_out_dir(args.out)
     check_replaceable(out, args.force)
     if args.restart and partial_dir(out).is_dir():
@@ -245,7 +246,7 @@ def _cmd_build(args: argparse.Namespace) -> int:
             out,
             batch_size=batch_size,
             progress=not args.quiet,
-            index_type=kind.type_name,
+            index_type=index_type,
             index_params=params,
             dtype=args.dtype,
             on_error=errors,

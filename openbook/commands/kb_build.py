@@ -119,6 +119,7 @@ def print_built(args, kb, num_sources: int, errors, report, print_summary) -> No
         from openbook.index.kb import disk_usage
 
         return _print_json({"path": str(kb.path), "num_passages": len(kb), "num_sources": num_sources,
+                            "index": {k: kb.manifest["index"][k] for k in ("type", "params")},
                             "seconds": kb.manifest.get("build", {}).get("seconds", {}),
                             "disk_bytes": disk_usage(kb.path)["total"]}, errors, report)
     print(f"built knowledge base {kb.path}: {len(kb)} passages from {num_sources} source(s)")

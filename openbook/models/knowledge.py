@@ -36,6 +36,7 @@ from openbook.index.kb.layout import sha256_file
 from openbook.index.sharded import stored_encoder_info
 from openbook.models.encoders import Encoder
 from openbook.models.loading import cache_dir, load_encoder
+from openbook.presets import AUTO_INDEX
 
 SHIPPED_VECTORS = "embeddings-minilm.f16.npy"  # d(z) of the demo corpus by the default encoder
 
@@ -70,7 +71,7 @@ def build_kb(
     *,
     encoder: str | Encoder = "default",
     max_words: int = DEFAULT_MAX_WORDS,
-    index_type: str = "flat",
+    index_type: str = AUTO_INDEX,
     replace: bool = False,
     progress: bool = True,
     meta_fields: Sequence[str] = (),

@@ -82,6 +82,7 @@ def test_kb_build_json_carries_the_files_read_and_not_read(capsys, tmp_path, fol
     assert record["encodings"] == {str(folder / "notes" / "cafe.txt"): "cp1252"}
     assert record["num_passages"] > 0 and record["hidden_files_ignored"] == 1
     assert record["seconds"]["encode_rows_timed"] == record["num_passages"] and record["disk_bytes"] > 0
+    assert record["index"] == {"type": "flat", "params": {}}  # chosen by size: --index auto, the default
 
 
 def test_strict_stops_before_the_encoder_loads(capsys, tmp_path, folder, docs, loaded):

@@ -15,7 +15,7 @@ import numpy as np
 from openbook.corpus import Passage
 from openbook.corpus.readers import RecordErrors
 from openbook.errors import InputError, KnowledgeBaseError, positive_int
-from openbook.index.dense import DenseIndex, index_class
+from openbook.index.dense import DenseIndex
 from openbook.index.exact import exact_search
 from openbook.index.filters import Filter, no_match
 from openbook.index.kb.build import build_and_publish
@@ -23,7 +23,13 @@ from openbook.index.kb.counts import check_counts
 from openbook.index.kb.documents import delete_document, sync_documents
 from openbook.index.kb.edit import add_passages, delete_passages, update_passages, use_version
 from openbook.index.kb.folder import check_out_dir
-from openbook.index.kb.indexing import _check_index_params, _load_embeddings, _load_index, _search_excluding
+from openbook.index.kb.indexing import (
+    _check_index_params,
+    _load_embeddings,
+    _load_index,
+    _search_excluding,
+    check_index_type,
+)
 from openbook.index.kb.layout import (
     DEFAULT_DTYPE,
     DEFAULT_INDEX,
@@ -93,7 +99,8 @@ class KnowledgeBase:
         input changed can start over by itself). ``encode_passages`` maps a list of passages to a float32
         ``(len(list), dim)`` array of document vectors d(z). ``encoder_info`` (JSON-serialisable) is
         stored in the manifest and checked against the query encoder on load. ``index_type`` and
-        ``index_params`` choose the index (``flat``, ``hnsw``, ``ivfpq``, ``hnsw_sq8``); ``dtype`` how
+        ``index_params`` choose the index (``flat``, ``hnsw``, ``ivfpq``, ``hnsw_sq8``, or ``auto``, the
+        default: chosen by the number of vectors, :func:`~openbook.index.kb.indexing.resolve_index`); ``dtype`` how
         the vectors are stored (``float32`` or ``float16``). Duplicate passage ids are malformed records
         for ``on_error`` (``"stop"`` or ``"skip"``, or a RecordErrors shared with the reader).
 
@@ -109,13 +116,13 @@ class KnowledgeBase:
         _check_encoder_info(encoder_info)
         _check_batch_size(batch_size)
         dtype = check_dtype(dtype).name
-        kind = index_class(index_type)
         index_params = _check_index_params(index_params)
+        index_type = check_index_type(index_type, index_params)
         errors = on_error if isinstance(on_error, RecordErrors) else RecordErrors(on_error)
         source_info = _check_index_params(source_info)
         config = {
             "format_version": FORMAT_VERSION, "encoder": encoder_info, "batch_size": batch_size, "dtype": dtype,
-            "index": {"type": kind.type_name, "params": index_params}, "source": source_info,
+            "index": {"type": index_type, "params": index_params}, "source": source_info,
         }
         build_args = (config, encode_passages, encoder_info, errors, progress, description)
         build_and_publish(out_dir, build_args, passages, resume, replace)

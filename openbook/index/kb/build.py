@@ -16,10 +16,9 @@ from typing import Any
 from openbook.atomic import fsync_path, make_temp_dir_next_to, replace_dir, temp_name_of
 from openbook.corpus.readers import RecordErrors, SourcePassage
 from openbook.errors import InputError, KnowledgeBaseError
-from openbook.index.dense import index_class
 from openbook.index.kb.append import _Appender, _check_declared_dim, _source_items
 from openbook.index.kb.folder import _locked, check_replaceable, clean_leftovers, partial_dir
-from openbook.index.kb.indexing import _create_index, _index_record
+from openbook.index.kb.indexing import _create_index, _index_record, resolve_index
 from openbook.index.kb.layout import (
     _PROGRESS_FILE,
     _STAGE_DIR,
@@ -259,9 +258,9 @@ class _Build:
         """Index the encoded vectors and write the manifest (the stage is then a complete knowledge base)."""
         dtype, rows, dim = read_npy_header(self.stage / EMBEDDINGS_FILE)
         embeddings = map_embeddings(self.stage / EMBEDDINGS_FILE, dtype, rows, dim)
-        kind = index_class(self.config["index"]["type"])
+        kind, params = resolve_index(self.config["index"]["type"], self.config["index"]["params"], rows, dim)
         start = time.monotonic()
-        index = _create_index(kind, self.config["index"]["params"], embeddings, self.progress)
+        index = _create_index(kind, params, embeddings, self.progress)
         self.publish_into_stage(INDEX_FILE, index.save)
         self.timing["index_seconds"] = time.monotonic() - start
         del embeddings
@@ -281,7 +280,7 @@ class _Build:
             "dim": dim,
             "dtype": dtype.name,
             "index_type": index.type_name,
-            "index": _index_record(index, self.config["index"]["params"], INDEX_FILE),
+            "index": _index_record(index, params, INDEX_FILE),
             "num_rows": rows,
             "num_passages": rows,
             "current_version": 1,

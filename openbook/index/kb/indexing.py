@@ -24,6 +24,7 @@ from openbook.index.kb.layout import (
 )
 from openbook.index.store import map_embeddings, read_npy_header
 from openbook.index.topk import cut_is_open, top_k
+from openbook.presets import AUTO_INDEX
 from openbook.progress import progress_bar
 
 # ---------------------------------------------------------------------------------------------------
@@ -56,6 +57,41 @@ def _parse_value(text: str) -> Any:
         except ValueError:
             pass
     return text
+
+
+# The index ``kb build`` chooses without ``--index`` (AUTO_INDEX): exact Flat search while one question's search reads at
+# most FLAT_MAX_COMPONENTS vector components (rows x dim), HNSW beyond. A Flat search reads every component, so its
+# time grows with rows x dim; the bound is where one question's Flat search passes a tenth of a second (a tenth of an
+# interactive answer's budget) at the pace measured over the 2015 Wikipedia book's real vectors: 111 ms for 666,158 x
+# 384 components, 0.44 ns each (bench/index_scale.py --kb, docs/benchmarks.md "Index kinds on the 2015 Wikipedia
+# book"), so about 585,000 passages of MiniLM's 384 dimensions or 293,000 of DPR's 768. Beyond it HNSW with its
+# defaults (M 32, ef_construction 200, ef_search 128) found 0.978 of Flat's top 10 for the book's held-out NQ
+# questions (at least 0.95 asked), 118 times faster, for 7 minutes more of building.
+FLAT_MAX_COMPONENTS = 225_000_000
+AUTO_LARGE_INDEX = "hnsw"
+AUTO_LARGE_PARAMS: dict[str, Any] = {}
+
+
+def check_index_type(type_name: str, params: dict[str, Any] | None = None) -> str:
+    """The index type a build records: a registered kind's own name, or ``"auto"`` (which takes no parameters:
+    they belong to a kind, so naming them without naming the kind is an InputError)."""
+    if type_name == AUTO_INDEX:
+        if params:
+            names = ", ".join(sorted(params))
+            raise InputError(f"index parameters ({names}) need an index type: name one with --index "
+                             "(flat, hnsw, ivfpq or hnsw_sq8)")
+        return AUTO_INDEX
+    return index_class(type_name).type_name
+
+
+def resolve_index(type_name: str, params: dict[str, Any], rows: int, dim: int) -> tuple[type[DenseIndex], dict[str, Any]]:
+    """The index kind and parameters to build for ``rows`` vectors of ``dim``: ``type_name``'s own, or for
+    ``"auto"`` Flat up to :data:`FLAT_MAX_COMPONENTS` components and :data:`AUTO_LARGE_INDEX` beyond."""
+    if type_name != AUTO_INDEX:
+        return index_class(type_name), params
+    if rows * dim <= FLAT_MAX_COMPONENTS:
+        return index_class("flat"), {}
+    return index_class(AUTO_LARGE_INDEX), dict(AUTO_LARGE_PARAMS)
 
 
 def _check_index_params(params: dict[str, Any] | None) -> dict[str, Any]:

@@ -18,6 +18,7 @@ from openbook.corpus import Passage
 from openbook.corpus.readers.files import sha256_file
 from openbook.errors import InputError, KnowledgeBaseError, positive_int
 from openbook.index.store import embeddings_bytes
+from openbook.presets import AUTO_INDEX
 
 FORMAT_VERSION = 2
 STORE_FILE = "passages.sqlite"
@@ -29,7 +30,7 @@ LOCK_FILE = ".lock"
 PARTIAL_SUFFIX = ".partial"
 CHECKSUM_AUTO_MAX_BYTES = 256 * 1024 * 1024
 VERIFY_MODES = ("auto", "full", "size")
-DEFAULT_INDEX = "flat"
+DEFAULT_INDEX = AUTO_INDEX  # chosen by the number of vectors when the build is indexed (indexing.resolve_index)
 DEFAULT_DTYPE = "float32"
 # Encoder properties that must agree between the knowledge base and the query encoder (those recorded on
 # both sides: knowledge bases built before the weights' fingerprint existed are checked by name only).
