@@ -218,8 +218,8 @@ def _edited(path: Path, version: int) -> int:
 def _cmd_build(args: argparse.Namespace) -> int:
     from openbook.corpus import check_sources, iter_source_passages
     from openbook.index.kb import KnowledgeBase, disk_usage, parse_index_params, partial_dir
-    from openbook.index.kb.indexing import check_index_type
     from openbook.index.kb.folder import _locked, check_out_dir, check_replaceable
+    from openbook.index.kb.indexing import check_index_type
     from openbook.index.kb.layout import LOCK_FILE
 
     # Everything that can be checked without the encoder is checked first (fails in milliseconds).

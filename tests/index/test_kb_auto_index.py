@@ -5,13 +5,13 @@ import subprocess
 import sys
 
 import pytest
-from test_index import DIM, PASSAGES, build, encode_passages
 
 import openbook.index.kb.indexing as indexing
 from openbook.errors import InputError
 from openbook.index.kb.indexing import AUTO_LARGE_INDEX, FLAT_MAX_COMPONENTS, check_index_type, resolve_index
 from openbook.index.kb.layout import DEFAULT_INDEX
 from openbook.presets import AUTO_INDEX
+from test_index import DIM, PASSAGES, build, encode_passages
 
 
 def test_auto_is_the_default_and_the_rule_turns_at_the_bound():
