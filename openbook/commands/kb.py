@@ -41,8 +41,8 @@ def register(subparsers) -> None:
     """Add the ``kb`` command group to the top-level ``subparsers``."""
     group = subparsers.add_parser(
         "kb",
-        help="build, inspect and edit knowledge bases (kb build | info | add | update | delete | versions | use | shard "
-             "| sync | list)",
+        help="build, inspect and edit knowledge bases (kb build | info | add | update | delete | reindex | versions | use "
+             "| shard | sync | list)",
         description="Knowledge-base commands. Run `openbook kb ACTION --help` for one of them.",
     )
     actions = group.add_subparsers(dest="kb_action", metavar="ACTION", required=True)
@@ -51,6 +51,7 @@ def register(subparsers) -> None:
     _register_add(actions)
     _register_update(actions)
     delete = _register_delete(actions)
+    _register_reindex(actions)
     kb_info.register_versions(actions)
     kb_info.register_use(actions)
     kb_shard.register(actions)
@@ -90,11 +91,7 @@ def _register_build(actions) -> None:
     build.add_argument("--out", required=True, metavar="DIR", help="the knowledge-base directory to write")
     build.add_argument("--encoder", metavar="NAME_OR_PATH", default=None,
                        help="document encoder d(z); queries must use the same one (default: the offline all-MiniLM-L6-v2)")
-    build.add_argument("--index", default=AUTO_INDEX, metavar="TYPE",
-                       help="index type: flat (exact), hnsw, ivfpq or hnsw_sq8; auto (the default) is flat for "
-                            "small books and hnsw for large ones (docs/guide/knowledge-bases.md)")
-    build.add_argument("--index-param", action="append", default=[], metavar="KEY=VALUE",
-                       help="an index parameter, e.g. M=32 or nlist=4096 (repeatable)")
+    _add_index_options(build)
     build.add_argument("--max-words", type=positive_int, default=100, metavar="N",
                        help="words per passage (default: %(default)s, as in the RAG paper)")
     build.add_argument("--on-error", choices=ON_ERROR, default="stop",
@@ -129,6 +126,24 @@ def _register_build(actions) -> None:
     kb_build.add_source_options(build)
     options.add_options(build, "device")
     build.set_defaults(handler=_cmd_build)
+
+
+def _add_index_options(parser) -> None:
+    parser.add_argument("--index", default=AUTO_INDEX, metavar="TYPE",
+                        help="index type: flat (exact), hnsw, ivfpq or hnsw_sq8; auto (the default) is flat for "
+                             "small books and hnsw for large ones (docs/guide/knowledge-bases.md)")
+    parser.add_argument("--index-param", action="append", default=[], metavar="KEY=VALUE",
+                        help="an index parameter, e.g. M=32 or nlist=4096 (repeatable; needs --index)")
+
+
+def _register_reindex(actions) -> None:
+    reindex = actions.add_parser(
+        "reindex", help="index the same passages anew, e.g. with HNSW (a new version, nothing encoded again)")
+    reindex.add_argument("dir", metavar="DIR")
+    _add_index_options(reindex)
+    reindex.add_argument("--description", default=None, help="describe this version (default: what changed)")
+    options.add_options(reindex, "quiet")
+    reindex.set_defaults(handler=_cmd_reindex)
 
 
 def _register_add(actions) -> None:
@@ -323,6 +338,20 @@ def _cmd_delete(args: argparse.Namespace) -> int:
         return done
     path = Path(args.dir)
     version = edits_for(path).delete(path, args.ids, description=args.description)
+    return _edited(path, version)
+
+
+def _cmd_reindex(args: argparse.Namespace) -> int:
+    from openbook.errors import InputError
+    from openbook.index.kb import parse_index_params
+    from openbook.index.kb.edit import reindex
+    from openbook.index.sharded import is_sharded
+
+    path = Path(args.dir)
+    if is_sharded(path):
+        raise InputError(f"{path} is a sharded knowledge base: reindex each of its shard folders")
+    version = reindex(path, args.index, parse_index_params(args.index_param), progress=not args.quiet,
+                      description=args.description)
     return _edited(path, version)
 
 

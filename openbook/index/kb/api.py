@@ -21,7 +21,7 @@ from openbook.index.filters import Filter, no_match
 from openbook.index.kb.build import build_and_publish
 from openbook.index.kb.counts import check_counts
 from openbook.index.kb.documents import delete_document, sync_documents
-from openbook.index.kb.edit import add_passages, delete_passages, update_passages, use_version
+from openbook.index.kb.edit import add_passages, delete_passages, reindex, update_passages, use_version
 from openbook.index.kb.folder import check_out_dir
 from openbook.index.kb.indexing import (
     _check_index_params,
@@ -217,6 +217,14 @@ class KnowledgeBase:
         """The documents visible at this version: ``{"document", "sha256", "passages": [ids]}`` in order of
         their first passage (passages of no document last, under ``"document": None``)."""
         return self._store.documents(self._version, self._visible_rows)
+
+    def reindex(self, index_type: str = DEFAULT_INDEX, index_params: dict[str, Any] | None = None,
+                progress: bool = False, description: str | None = None) -> int:
+        """Index the same passages anew with another index kind (``"auto"``: by size), without encoding them
+        again, as a new version; return its number."""
+        version = reindex(self._path, index_type, index_params, progress, description)
+        self.reload()
+        return version
 
     def use_version(self, version: int) -> None:
         """Make ``version`` current (on disk, for every later load) and show it."""

@@ -17,7 +17,14 @@ from openbook.errors import InputError, KnowledgeBaseError
 from openbook.index.dense import DenseIndex
 from openbook.index.kb.append import _Appender, _source_items
 from openbook.index.kb.folder import _locked, clean_leftovers
-from openbook.index.kb.indexing import _index_record, _load_index
+from openbook.index.kb.indexing import (
+    _check_index_params,
+    _create_index,
+    _index_record,
+    _load_index,
+    check_index_type,
+    resolve_index,
+)
 from openbook.index.kb.layout import (
     ADD_CHUNK_ROWS,
     EMBEDDINGS_FILE,
@@ -36,6 +43,7 @@ from openbook.index.kb.layout import (
 )
 from openbook.index.store import EmbeddingsWriter, PassageStore, embeddings_bytes, map_embeddings
 from openbook.index.store_meta import meta_problem
+from openbook.presets import AUTO_INDEX
 from openbook.progress import progress_bar
 
 # ---------------------------------------------------------------------------------------------------
@@ -157,6 +165,26 @@ def _append_to_index(path: Path, manifest: dict[str, Any], added: int) -> DenseI
         except InputError as exc:
             raise InputError(f"cannot add the new passages to the {index.type_name} index: {exc}") from None
     return index
+
+
+def reindex(path, index_type: str = AUTO_INDEX, index_params: dict[str, Any] | None = None, progress: bool = False,
+            description: str | None = None) -> int:
+    """Index the knowledge base anew, as a new version of the same passages; return its number. The vectors are
+    not encoded again: the new index (``index_type`` and ``index_params`` as for a build; ``"auto"`` chooses by
+    size) is built from embeddings.npy over every row, as edits keep it, and replaces the old one at the commit."""
+    path = Path(path)
+    params = _check_index_params(index_params)
+    index_type = check_index_type(index_type, params)
+    with _edit(path, "reindex") as (manifest, store, version):
+        rows, dim = manifest["num_rows"], manifest["dim"]
+        kind, params = resolve_index(index_type, params, rows, dim)
+        embeddings = map_embeddings(path / EMBEDDINGS_FILE, np.dtype(manifest["dtype"]), rows, dim)
+        index = _create_index(kind, params, embeddings, progress)
+        del embeddings
+        text = description or f"reindex: {manifest['index']['type']} index replaced by {index.type_name}"
+        with_params = {**manifest, "index": {**manifest["index"], "params": params}}  # recorded with the new index
+        _commit_edit(path, with_params, store, version, text, 0, 0, index)
+    return version
 
 
 def _describe_ids(ids: list[str], limit: int = 5) -> str:
