@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from openbook.errors import InputError, KnowledgeBaseError
-from openbook.index.dense import DenseIndex, default_nlist, index_class
+from openbook.index.dense import INDEX_TYPES, DenseIndex, default_nlist, index_class
 from openbook.index.kb.layout import (
     ADD_CHUNK_ROWS,
     EMBEDDINGS_FILE,
@@ -79,7 +79,7 @@ def check_index_type(type_name: str, params: dict[str, Any] | None = None) -> st
         if params:
             names = ", ".join(sorted(params))
             raise InputError(f"index parameters ({names}) need an index type: name one with --index "
-                             "(flat, hnsw, ivfpq or hnsw_sq8)")
+                             f"({', '.join(sorted(INDEX_TYPES))})")
         return AUTO_INDEX
     return index_class(type_name).type_name
 
