@@ -188,12 +188,28 @@ def _first_reads(doc_logprobs: torch.Tensor) -> torch.Tensor:
     return first.scatter(-1, order, before <= 0.5)
 
 
+# The most documents Lazy decoding reads in its first stage before it reads them all at once instead.
+LAZY_MAX_FIRST_READS = 1
+
+
+def _first_stage(doc_logprobs: torch.Tensor) -> torch.Tensor:
+    """``(B, K)`` bool: what Lazy decoding reads first: :func:`_first_reads` for an input whose best document
+    holds more than half of p(z|x), every document for the others.
+
+    Two or more documents settle the answer only if the generator's answer has a probability near 1 under each
+    of them (the read mass barely passes the unread), which a flat p(z|x) over a large book rarely allows; an
+    unsettled first stage then costs a second prefill and decoding pass on top of Fast decoding's one. So an
+    input without a document past half the mass is read as Fast decoding reads it, in one stage."""
+    first = _first_reads(doc_logprobs)
+    return first | (first.sum(-1, keepdim=True) > LAZY_MAX_FIRST_READS)
+
+
 def rag_sequence_decode_lazy(generator: Generator, encode, doc_logprobs: torch.Tensor, cfg: BeamConfig) -> Decoded:
     """Fast decoding's best answer, reading documents in order of p(z|x) only until it is settled.
 
     ``encode(pairs)`` returns the generator's :class:`Memory` of one row per ``(input, document)`` pair of
-    the list ``pairs``, in its order. The first stage reads each input's best documents until their p(z|x)
-    passes 1/2 (:func:`_first_reads`: one document for a trained retriever's peaked p(z|x)), the second the
+    the list ``pairs``, in its order. The first stage reads an input's best document if its p(z|x) passes 1/2
+    (a trained retriever's peaked p(z|x)) and every document otherwise (:func:`_first_stage`), the second the
     rest of the inputs that :func:`_settled` does not settle: two prefills and decoding passes at most. The
     chosen answer is the one Fast decoding over all K documents chooses (for ``num_return_sequences == 1``;
     more return sequences read every document); ``scores`` and ``doc_seq_logprobs`` count the documents read
@@ -205,7 +221,7 @@ def rag_sequence_decode_lazy(generator: Generator, encode, doc_logprobs: torch.T
     raw = torch.full((B, K, nb), -float("inf"), device=device)
     read = torch.zeros((B, K), dtype=torch.bool, device=device)
     todo = torch.ones(B, dtype=torch.bool, device=device)
-    for stage in (_first_reads(doc_logprobs), torch.ones_like(read)):
+    for stage in (_first_stage(doc_logprobs), torch.ones_like(read)):
         b_idx, k_idx = (stage & ~read & todo[:, None]).nonzero(as_tuple=True)
         if b_idx.numel() == 0:
             continue

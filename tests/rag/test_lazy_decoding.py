@@ -18,6 +18,7 @@ from openbook.rag.decoding import (
     _fast_doc_logprobs,
     _first_occurrence,
     _first_reads,
+    _first_stage,
     _settled,
     beam_config_for,
     rag_sequence_decode,
@@ -118,7 +119,7 @@ def test_lazy_answers_equal_fast_decoding_over_every_document():
                 memory = generator.encode(generator.contexts(questions, passages))
                 fast = rag_sequence_decode(generator, memory, prior, cfg, "fast")
                 lazy, calls = _lazy(generator, questions, passages, prior, cfg)
-                first = _first_reads(prior)
+                first = _first_stage(prior)
                 assert calls[0] == [tuple(p) for p in first.nonzero().tolist()]  # each input's best documents first
                 assert torch.equal(lazy.tokens, fast.tokens), (seed, sharpness, beams)
                 reads = lazy.docs_read.sum(-1)
@@ -173,3 +174,10 @@ def test_the_first_stage_reads_the_fewest_best_documents_past_half_the_mass():
     # one document of 0.6 can settle; 0.4 cannot, 0.4 + 0.3 can; 0.25 + 0.5 = 0.75 can, 0.5 alone cannot
     assert _first_reads(prior).tolist() == [[False, True, False], [True, False, True], [False, False, True],
                                             [True, False, True]]
+
+
+def test_the_first_stage_reads_one_document_past_half_the_mass_or_all_of_them():
+    prior = torch.tensor([[0.1, 0.6, 0.3], [0.3, 0.3, 0.4], [0.2, 0.2, 0.6], [0.25, 0.25, 0.5]]).log()
+    # two documents settle only with an answer near-certain under both: read everything at once, as Fast does
+    assert _first_stage(prior).tolist() == [[False, True, False], [True, True, True], [False, False, True],
+                                            [True, True, True]]
