@@ -205,6 +205,7 @@ def greedy_search(
     device: torch.device | str,
     on_step: Callable[[int, torch.Tensor], None] | None = None,
     select: Callable[[torch.Tensor], None] | None = None,
+    prune: Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor] | None = None,
 ) -> BeamOutput:
     """Greedy decoding (argmax of the processed distribution), stopping each row at EOS.
 
@@ -216,6 +217,11 @@ def greedy_search(
     with the rows still running, and ``step`` then receives (and must return logits for) those rows alone,
     so a finished answer stops costing compute. Without it every row is stepped until the last one ends
     (finished rows are fed the pad). Either way each row's tokens and scores are its own.
+
+    ``prune(sequences, done, raw_logprobs)``, if given, is asked after each step (with every row's tokens so
+    far, ``(batch_size, length)``, whether it ended, and its ``raw_logprobs`` so far) which running rows may stop
+    now, a ``(batch_size,)`` bool: those rows end there, their tokens and scores those of an unfinished prefix
+    (the caller that pruned them must not take them for answers).
 
     Scored as :func:`beam_search` scores one beam: ``scores`` sums the *processed* log-probabilities
     (a forced BOS or EOS counts log 1 = 0, as in transformers) over ``generated_length ** length_penalty``;
@@ -246,6 +252,8 @@ def greedy_search(
         lengths[rows] += (~finished).long()
         if cfg.eos_token_id is not None:
             done[rows] = finished | (nxt == cfg.eos_token_id)
+        if prune is not None and cur_len < L - 1:
+            done |= prune(seqs[:, : cur_len + 1], done, raw_total) & ~done
         if bool(done.all()):
             break
         running = ~done[rows]

@@ -7,7 +7,8 @@
   under every document, reusing the encoder outputs / prompt prefills) or **Fast** (p(y|x,z) = 0 where
   y was not in document z's beam, so no extra pass). **Lazy** decoding (:func:`rag_sequence_decode_lazy`)
   returns Fast decoding's answer while reading documents in order of p(z|x) only until no unread one can
-  change it.
+  change it. Greedy Fast and Lazy decoding stop a document's answer as soon as it cannot change theirs
+  (:class:`_Pruner`).
 
 All functions take a generator's :class:`~openbook.models.generators.Memory` for ``B*K`` rows
 (input-major) and ``doc_logprobs (B, K)``; none loops over the batch in Python.
@@ -93,7 +94,56 @@ def rag_token_decode(generator: Generator, memory: Memory, doc_logprobs: torch.T
     return Decoded(out.sequences[:, :, 1:], out.scores)
 
 
-def _per_doc_beams(generator: Generator, memory: Memory, n_rows: int, cfg: BeamConfig) -> BeamOutput:
+# Lazy decoding (and a pruned greedy row) stops only when the best answer leads by this fraction of its
+# probability more than the unread documents (the running rows) could add: far above float32 rounding, so the
+# stop never turns on a rounding error.
+LAZY_MARGIN = 1e-4
+
+
+class _Pruner:
+    """Greedy RAG-Sequence rows that can no longer change Fast decoding's best answer, stopped early.
+
+    Rows ``(input, document)``: ``row_input (n,)``, ``row_logprobs (n,)`` = log p(z|x); ``complete (B,)`` says
+    whose every document is among the rows. Under Fast decoding an answer y scores
+    ``sum over the documents whose greedy answer is y of p(z|x) p(y|x,z)``. A finished answer's score is final
+    (a running row has not ended where it ended, so it cannot write the same answer), and every answer still to
+    come from the running rows scores at most ``U = sum over them of p(z|x) p(prefix|x,z)``, as a prefix is at
+    least as likely as any of its continuations. Once the best finished answer ``M`` passes ``U`` (by
+    :data:`LAZY_MARGIN` of ``M``), the input's running rows stop: they could not win. ``stopped (n,)`` records
+    them; their prefixes are no answers (:func:`_drop_pruned`)."""
+
+    def __init__(self, row_input: torch.Tensor, row_logprobs: torch.Tensor, complete: torch.Tensor):
+        self.row_input, self.prior, self.complete = row_input, row_logprobs.double().exp(), complete
+        self.stopped = torch.zeros_like(row_input, dtype=torch.bool)
+
+    def __call__(self, seqs: torch.Tensor, done: torch.Tensor, raw: torch.Tensor) -> torch.Tensor:
+        ended = done & ~self.stopped
+        mass = self.prior * raw.double().exp()
+        same = (seqs[:, None, :] == seqs[None, :, :]).all(-1) & (self.row_input[:, None] == self.row_input[None, :])
+        answer_mass = (same & ended[None, :]).double() @ (mass * ended)  # each row's answer, summed over documents
+        n_inputs = self.complete.shape[0]
+        best = torch.zeros(n_inputs, dtype=torch.float64, device=seqs.device).scatter_reduce(
+            0, self.row_input, answer_mass.masked_fill(~ended, 0.0), "amax")
+        running = torch.zeros_like(best).index_add(0, self.row_input, mass.masked_fill(done, 0.0))
+        lost = (best - running > LAZY_MARGIN * best) & self.complete
+        stop = ~done & lost[self.row_input]
+        self.stopped |= stop
+        return stop
+
+
+def _fast_pruner(cfg: BeamConfig, row_input: torch.Tensor, row_logprobs: torch.Tensor, complete: torch.Tensor):
+    """A :class:`_Pruner` where it is exact and of use: greedy search (one beam) returning one answer."""
+    if cfg.num_beams != 1 or cfg.num_return_sequences != 1:
+        return None
+    return _Pruner(row_input, row_logprobs, complete)
+
+
+def _drop_pruned(keep: torch.Tensor, pruner: _Pruner | None) -> torch.Tensor:
+    """``keep (B, C)`` without the candidates of stopped rows (one candidate per row: one beam)."""
+    return keep if pruner is None else keep & ~pruner.stopped.view(keep.shape)
+
+
+def _per_doc_beams(generator: Generator, memory: Memory, n_rows: int, cfg: BeamConfig, pruner=None) -> BeamOutput:
     """An independent beam search on each (input, document) row, returning all its beams.
 
     The rows attend to their context through its attention mask. Deliberately not transformers':
@@ -105,7 +155,8 @@ def _per_doc_beams(generator: Generator, memory: Memory, n_rows: int, cfg: BeamC
     state = generator.begin(memory, torch.arange(n_rows, device=device))
     doc_cfg = replace(cfg, num_return_sequences=cfg.num_beams)
     if cfg.num_beams == 1:
-        return greedy_search(state.step, n_rows, generator.start_token_id, doc_cfg, device, select=state.select)
+        return greedy_search(state.step, n_rows, generator.start_token_id, doc_cfg, device, select=state.select,
+                             prune=pruner)
     return beam_search(state.step, state.select, state.reorder, n_rows, generator.start_token_id, doc_cfg, device)
 
 
@@ -128,9 +179,14 @@ def rag_sequence_decode(
         raise ValueError(f"decoding must be 'thorough' or 'fast', not {decoding!r}")
     B, K = doc_logprobs.shape
     nb = cfg.num_beams
-    beams = _per_doc_beams(generator, memory, B * K, replace(cfg, num_return_sequences=nb))
+    pruner = None
+    if decoding == "fast":
+        rows = torch.arange(B, device=doc_logprobs.device).repeat_interleave(K)
+        pruner = _fast_pruner(cfg, rows, doc_logprobs.reshape(-1), torch.ones(B, dtype=torch.bool, device=rows.device))
+    beams = _per_doc_beams(generator, memory, B * K, replace(cfg, num_return_sequences=nb), pruner)
     cands = beams.sequences.reshape(B, K * nb, -1)  # candidate c = k * nb + j comes from document k
     same, keep = _first_occurrence(cands)
+    keep = _drop_pruned(keep, pruner)
     if decoding == "thorough":
         doc_ll = _thorough_doc_logprobs(generator, memory, cands[:, :, 1:], keep)
     else:
@@ -155,11 +211,6 @@ def _best(cands, keep, doc_ll, doc_logprobs, cfg: BeamConfig, pad: int, docs_rea
     tokens = pick(targets)
     width = max(1, int((tokens != pad).sum(-1).max()))
     return Decoded(tokens[..., :width], pick(scores[..., None])[..., 0], pick(doc_ll), docs_read)
-
-
-# Lazy decoding stops only when the best answer leads by this fraction of its probability more than the
-# unread documents could add: far above float32 rounding, so the stop never turns on a rounding error.
-LAZY_MARGIN = 1e-4
 
 
 def _settled(keep, doc_ll, doc_logprobs, read) -> torch.Tensor:
@@ -221,12 +272,18 @@ def rag_sequence_decode_lazy(generator: Generator, encode, doc_logprobs: torch.T
     raw = torch.full((B, K, nb), -float("inf"), device=device)
     read = torch.zeros((B, K), dtype=torch.bool, device=device)
     todo = torch.ones(B, dtype=torch.bool, device=device)
+    stopped = torch.zeros((B, K), dtype=torch.bool, device=device)
     for stage in (_first_stage(doc_logprobs), torch.ones_like(read)):
-        b_idx, k_idx = (stage & ~read & todo[:, None]).nonzero(as_tuple=True)
+        this = stage & ~read & todo[:, None]
+        b_idx, k_idx = this.nonzero(as_tuple=True)
         if b_idx.numel() == 0:
             continue
         memory = encode(list(zip(b_idx.tolist(), k_idx.tolist())))
-        beams = _per_doc_beams(generator, memory, b_idx.numel(), replace(cfg, num_return_sequences=nb))
+        # early stops only where this pass reads all of an input's documents (nothing read before or after)
+        pruner = _fast_pruner(cfg, b_idx, doc_logprobs[b_idx, k_idx], this.all(-1))
+        beams = _per_doc_beams(generator, memory, b_idx.numel(), replace(cfg, num_return_sequences=nb), pruner)
+        if pruner is not None:
+            stopped[b_idx, k_idx] = pruner.stopped
         width = max(seqs.shape[-1], beams.sequences.shape[-1])
         seqs = _pad_to(seqs, width, generator.pad_token_id)
         seqs[b_idx, k_idx] = _pad_to(beams.sequences, width, generator.pad_token_id)
@@ -234,6 +291,7 @@ def rag_sequence_decode_lazy(generator: Generator, encode, doc_logprobs: torch.T
         read[b_idx, k_idx] = True
         cands = seqs.view(B, K * nb, -1)
         same, keep = _first_occurrence(cands)
+        keep = keep & ~stopped.view(B, K * nb) if nb == 1 else keep
         doc_ll = _fast_doc_logprobs(raw.view(B, K * nb), same, K, nb)
         if cfg.num_return_sequences == 1:
             todo &= ~_settled(keep, doc_ll, doc_logprobs, read)
