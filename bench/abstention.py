@@ -153,6 +153,20 @@ def signal_of(name: str, answerable: list[dict], unanswerable: list[dict]):
     return (lambda f: combined_score(f, weights)), weights
 
 
+def shipped_figures(threshold: float, answerable: list[dict], unanswerable: list[dict]) -> dict:
+    """The shipped signal (``presets.ABSTAIN_SIGNAL`` and ``ABSTAIN_WEIGHTS``) at ``threshold`` on these features:
+    the share of the unanswerable abstained on and of the answerable still answered."""
+    from openbook.presets import ABSTAIN_SIGNAL, ABSTAIN_WEIGHTS
+    from openbook.rag.abstain import combined_score
+
+    def score(f):
+        return f[ABSTAIN_SIGNAL] if ABSTAIN_SIGNAL in f else combined_score(f, ABSTAIN_WEIGHTS)
+
+    return {"signal": ABSTAIN_SIGNAL, "weights": ABSTAIN_WEIGHTS, "threshold": threshold,
+            "test_abstain_unanswerable": round(share([score(f) < threshold for f in unanswerable]), 3),
+            "test_other_answered_right": round(share([score(f) >= threshold for f in answerable]), 3)}
+
+
 def halves(rows: list, seed: int) -> tuple[list, list]:
     rows = list(rows)
     random.Random(seed).shuffle(rows)
@@ -278,6 +292,13 @@ def main(argv=None) -> None:
                    nq_asked=len(nq_before), nq_answered=len(nq_after), nq_em_before=round(share(nq_before), 3),
                    nq_em_after=round(share(nq_after), 3), test_asked=len(em_before), test_answered=len(em_after),
                    test_em_before=round(share(em_before), 3), test_em_after=round(share(em_after), 3))
+    # the calibration the default ships with, on this run's answers: what `openbook ask` does today, whether or
+    # not this run's fit differs from it
+    if rag.abstain_threshold is not None:
+        figures["shipped"] = shipped_figures(rag.abstain_threshold, test_a, test_u)
+        print(f"shipped calibration (threshold {rag.abstain_threshold}) on this run's test answers: abstains on "
+              f"{figures['shipped']['test_abstain_unanswerable']:.1%} of the unanswerable, answers "
+              f"{figures['shipped']['test_other_answered_right']:.1%} of those right today")
     figures["meets_targets"] = (cv["answered_right"] >= 0.95 and cv["abstain_unanswerable"] >= 0.70
                                 and figures["test_abstain_unanswerable"] >= 0.70)
     print(f"\nheld out (cross-validated above): answers {cv['answered_right']:.1%} of the NQ questions right today, "

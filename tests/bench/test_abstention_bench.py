@@ -39,3 +39,22 @@ def test_the_weights_point_to_the_separating_feature(bench):
     flags = [True] * 3 + [False]
     low, high = bench.bootstrap(flags, seed=0, rounds=200)
     assert 0.0 <= low <= bench.share(flags) <= high <= 1.0
+
+
+def test_the_shipped_calibration_is_scored_with_the_shipped_signal(bench):
+    from openbook.presets import ABSTAIN_SIGNAL, ABSTAIN_WEIGHTS
+    from openbook.rag.abstain import FEATURES, combined_score
+
+    def features(value):
+        return dict.fromkeys(FEATURES, value)
+
+    score = (lambda f: f[ABSTAIN_SIGNAL]) if ABSTAIN_SIGNAL in FEATURES else (
+        lambda f: combined_score(f, ABSTAIN_WEIGHTS))
+    answerable, unanswerable = [features(v) for v in (1.0, 2.0, 0.1)], [features(v) for v in (-1.0, 0.0, 0.05, 3.0)]
+    threshold = score(features(0.5))
+    got = bench.shipped_figures(threshold, answerable, unanswerable)
+    # the features here move every score the same way as their common value: 2 of 3 above, 3 of 4 below
+    higher = score(features(1.0)) > threshold
+    assert got["signal"] == ABSTAIN_SIGNAL and got["threshold"] == threshold
+    assert (got["test_other_answered_right"], got["test_abstain_unanswerable"]) == (
+        (0.667, 0.75) if higher else (0.333, 0.25))
