@@ -126,7 +126,9 @@ def run(args: argparse.Namespace) -> int:
     from openbook.errors import InputError
     from openbook.rag.assemble import encoder_name, write_run_spec
     from openbook.train import TrainConfig, distributed, train
+    from openbook.train.heap import map_large_blocks
 
+    map_large_blocks()  # freed activations go back to the system: the peak RSS stays what a step holds
     if args.nproc is not None:
         distributed.check_batch_size(args.batch_size, args.nproc)
         if not distributed.launched():  # start the N processes, each of which runs this same command line

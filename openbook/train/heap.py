@@ -1,0 +1,39 @@
+"""Training's heap: hand large freed blocks back to the operating system at once (glibc).
+
+A training step allocates and frees activations of a few megabytes each, of sizes that change with every example.
+glibc serves blocks above its mmap threshold with their own mappings, returned when freed, but it raises that
+threshold to the size of any such block freed (up to 32 MiB): after the first steps, activations come from the heap
+instead, where freed blocks between live ones stay resident. A run's peak RSS then creeps up with its steps (the open
+book recipe over a 666k-passage book: 5.4 GB after 6 steps, 6.5 GB after 100) above what it ever holds at once.
+:func:`map_large_blocks` fixes the threshold (as ``MALLOC_MMAP_THRESHOLD_`` would), so every block of at least
+:data:`MMAP_THRESHOLD_BYTES` is mapped and unmapped on its own. Elsewhere than glibc it does nothing.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import sys
+
+M_MMAP_THRESHOLD = -3  # glibc's mallopt parameter (malloc.h)
+MMAP_THRESHOLD_BYTES = 1 << 20
+
+
+def _libc():
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+    except OSError:
+        return None
+    return libc if hasattr(libc, "mallopt") and hasattr(libc, "gnu_get_libc_version") else None
+
+
+def map_large_blocks(threshold: int = MMAP_THRESHOLD_BYTES) -> bool:
+    """Serve every allocation of at least ``threshold`` bytes with its own mapping from now on, in this process;
+    True if glibc took the setting."""
+    libc = _libc()
+    if libc is None:
+        return False
+    libc.mallopt.argtypes = [ctypes.c_int, ctypes.c_int]
+    return bool(libc.mallopt(M_MMAP_THRESHOLD, int(threshold)))
