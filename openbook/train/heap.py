@@ -3,8 +3,8 @@
 A training step allocates and frees activations of a few megabytes each, of sizes that change with every example.
 glibc serves blocks above its mmap threshold with their own mappings, returned when freed, but it raises that
 threshold to the size of any such block freed (up to 32 MiB): after the first steps, activations come from the heap
-instead, where freed blocks between live ones stay resident. A run's peak RSS then creeps up with its steps (the open
-book recipe over a 666k-passage book: 5.4 GB after 6 steps, 6.5 GB after 100) above what it ever holds at once.
+instead, where freed blocks between live ones stay resident. A run's peak RSS then creeps up with its steps, above
+what it ever holds at once (docs/benchmarks.md, "Training over a large book: peak memory").
 :func:`map_large_blocks` fixes the threshold (as ``MALLOC_MMAP_THRESHOLD_`` would), so every block of at least
 :data:`MMAP_THRESHOLD_BYTES` is mapped and unmapped on its own. Elsewhere than glibc it does nothing.
 """
