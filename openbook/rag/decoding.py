@@ -118,6 +118,8 @@ class _Pruner:
 
     def __call__(self, seqs: torch.Tensor, done: torch.Tensor, raw: torch.Tensor) -> torch.Tensor:
         ended = done & ~self.stopped
+        if not bool(ended.any()):  # no answer finished yet: nothing can lead (most steps of a short answer's start)
+            return torch.zeros_like(done)
         mass = self.prior * raw.double().exp()
         same = (seqs[:, None, :] == seqs[None, :, :]).all(-1) & (self.row_input[:, None] == self.row_input[None, :])
         answer_mass = (same & ended[None, :]).double() @ (mass * ended)  # each row's answer, summed over documents
