@@ -6,7 +6,9 @@ threshold to the size of any such block freed (up to 32 MiB): after the first st
 instead, where freed blocks between live ones stay resident. A run's peak RSS then creeps up with its steps, above
 what it ever holds at once (docs/benchmarks.md, "Training over a large book: peak memory").
 :func:`map_large_blocks` fixes the threshold (as ``MALLOC_MMAP_THRESHOLD_`` would), so every block of at least
-:data:`MMAP_THRESHOLD_BYTES` is mapped and unmapped on its own. Elsewhere than glibc it does nothing.
+:data:`MMAP_THRESHOLD_BYTES` is mapped and unmapped on its own. Elsewhere than glibc it does nothing. The fresh
+mappings cost page faults, so a step takes longer; a larger threshold costs less and saves less memory (both
+measured by ``bench/train_heap.py``; the figures are in docs/benchmarks.md).
 """
 
 from __future__ import annotations
