@@ -3,16 +3,18 @@
 Encodes the first ``--passages`` passages of a source folder (default the 2015 Wikipedia of ../shared/data,
 read as ``kb build`` reads it) with openbook's document encoder in float32, int8 (eager, and compiled where a C++
 compiler and torchao are found), bfloat16 (only where the CPU computes it natively, or with ``--bf16``), and with
-sentence-transformers' ``encode`` on the same texts; one pass each, in one process. Then, for the held-out NQ fifth
-(the questions the project scores on, encoded in float32 as ``ask`` does), it searches each kind's vectors exactly
-and counts the questions whose top 5 are those of float32: as a set and in order. A kind qualifies (issue 32)
+sentence-transformers' ``encode`` on the same texts; one pass each, in one process. ``--bf32`` adds ``bf32``:
+float32 throughout, each matrix product computed by oneDNN from bfloat16-rounded inputs with float32 outputs
+(``torch.backends.mkldnn.matmul.fp32_precision = "bf16"``), which keeps activations in float32 between products.
+Then, for the held-out NQ fifth (the questions the project scores on, encoded in float32 as ``ask`` does), it
+searches each kind's vectors exactly and counts the questions whose top 5 are those of float32: as a set and in order. A kind qualifies (issue 32)
 when at least ``--agree`` (0.99) of the questions keep float32's top 5 as a set.
 
 Over a slice of the book rather than the whole of it: more passages put more of them near each question's fifth
 score, so agreement over the whole book can only be expected lower than here; a kind that fails on the slice fails.
 
     OMP_NUM_THREADS=2 PYTHONPATH=. .venv/bin/python bench/encode_agreement.py [--source DIR] [--passages 2000]
-        [--data-dir ../shared/data] [--st-batch-size 16] [--bf16] [--no-compile] [--book-passages 666158]
+        [--data-dir ../shared/data] [--st-batch-size 16] [--bf16] [--bf32] [--no-compile] [--book-passages 666158]
 
 Prints the CPU, a table (passages/s, the hours the whole book would take at that rate, agreement) and ends with one
 JSON line: ``passages_per_s``, ``top5_set_agreement``, ``top5_order_agreement``, ``min_cosine_to_fp32``,
@@ -22,6 +24,7 @@ JSON line: ``passages_per_s``, ``top5_set_agreement``, ``top5_order_agreement``,
 from __future__ import annotations
 
 import argparse
+import contextlib
 import itertools
 import json
 import sys
@@ -51,6 +54,20 @@ def agreement(ours: np.ndarray, reference: np.ndarray) -> tuple[float, float]:
     return float(same_set), float(same_order)
 
 
+@contextlib.contextmanager
+def matmul_precision(precision: str):
+    """oneDNN's float32 matrix products in ``precision`` ("bf16": bfloat16-rounded inputs) within the block."""
+    import torch
+
+    matmul = torch.backends.mkldnn.matmul
+    before = matmul.fp32_precision
+    matmul.fp32_precision = precision
+    try:
+        yield
+    finally:
+        matmul.fp32_precision = before
+
+
 def main() -> None:
     repo = HERE.parent
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -59,6 +76,7 @@ def main() -> None:
     p.add_argument("--passages", type=int, default=2000, help="passages of the source to encode")
     p.add_argument("--st-batch-size", type=int, default=16, help="sentence-transformers' batch size")
     p.add_argument("--bf16", action="store_true", help="time bfloat16 even where the CPU only emulates it")
+    p.add_argument("--bf32", action="store_true", help="also float32 with bfloat16 matrix products (oneDNN)")
     p.add_argument("--no-compile", action="store_true", help="skip the compiled kinds")
     p.add_argument("--agree", type=float, default=0.99, help="share of questions that must keep float32's top 5")
     p.add_argument("--book-passages", type=int, default=WIKI_PASSAGES, help="passages of the whole book")
@@ -87,15 +105,19 @@ def main() -> None:
         dtypes.append("bfloat16")
     kinds = [(d, False) for d in dtypes]
     kinds += [(d, True) for d in dtypes if not args.no_compile and can_compile(d)]
+    kinds += [("bf32", False)] if args.bf32 else []
     vectors, rate, warm_up = {}, {}, {}
     for dtype, compiled in kinds:
-        name = short(dtype, compiled)
-        start = time.perf_counter()  # int8's quantisation, a compiled kind's compile: timed apart
-        encoder.encode_passages(passages[:64], dtype=dtype, compile=compiled)
-        warm_up[name] = time.perf_counter() - start
-        start = time.perf_counter()
-        vectors[name] = encoder.encode_passages(passages, dtype=dtype, compile=compiled)
-        rate[name] = len(passages) / (time.perf_counter() - start)
+        name = "bf32" if dtype == "bf32" else short(dtype, compiled)
+        precision = matmul_precision("bf16") if dtype == "bf32" else contextlib.nullcontext()
+        dtype = "float32" if dtype == "bf32" else dtype
+        with precision:
+            start = time.perf_counter()  # int8's quantisation, a compiled kind's compile: timed apart
+            encoder.encode_passages(passages[:64], dtype=dtype, compile=compiled)
+            warm_up[name] = time.perf_counter() - start
+            start = time.perf_counter()
+            vectors[name] = encoder.encode_passages(passages, dtype=dtype, compile=compiled)
+            rate[name] = len(passages) / (time.perf_counter() - start)
         print(f"  {name:<16}{rate[name]:8.1f} passages/s (warm-up {warm_up[name]:.1f} s)", flush=True)
     start = time.perf_counter()
     vectors["st"] = st.encode(texts, batch_size=args.st_batch_size, convert_to_numpy=True,

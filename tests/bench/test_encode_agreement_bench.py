@@ -21,3 +21,13 @@ def test_agreement_counts_sets_and_orders_apart():
         reference = np.array([[0, 1, 2, 3, 4], [5, 6, 7, 8, 9], [0, 1, 2, 3, 4], [1, 2, 3, 4, 5]])
         ours = np.array([[0, 1, 2, 3, 4], [6, 5, 7, 8, 9], [0, 1, 2, 3, 9], [1, 2, 3, 4, 5]])
         assert bench.agreement(ours, reference) == (0.75, 0.5)
+
+
+def test_bf32_sets_onednn_bfloat16_products_only_within_its_block():
+    import torch
+
+    with bench_modules("encode_agreement") as bench:
+        before = torch.backends.mkldnn.matmul.fp32_precision
+        with bench.matmul_precision("bf16"):
+            assert torch.backends.mkldnn.matmul.fp32_precision == "bf16"
+        assert torch.backends.mkldnn.matmul.fp32_precision == before
