@@ -55,10 +55,14 @@ def agreement(ours: np.ndarray, reference: np.ndarray) -> tuple[float, float]:
 
 
 @contextlib.contextmanager
-def matmul_precision(precision: str):
-    """oneDNN's float32 matrix products in ``precision`` ("bf16": bfloat16-rounded inputs) within the block."""
+def matmul_precision(precision: str | None):
+    """oneDNN's float32 matrix products in ``precision`` ("bf16": bfloat16-rounded inputs) within the block;
+    None changes nothing."""
     import torch
 
+    if precision is None:
+        yield
+        return
     matmul = torch.backends.mkldnn.matmul
     before = matmul.fp32_precision
     matmul.fp32_precision = precision
@@ -103,15 +107,13 @@ def main() -> None:
     dtypes = ["float32", "int8"] if int8_engine() else ["float32"]
     if bf16_hardware() or args.bf16:
         dtypes.append("bfloat16")
-    kinds = [(d, False) for d in dtypes]
-    kinds += [(d, True) for d in dtypes if not args.no_compile and can_compile(d)]
-    kinds += [("bf32", False)] if args.bf32 else []
+    # (name, dtype, compiled, oneDNN's float32 product precision: None leaves PyTorch's own)
+    kinds = [(short(d, False), d, False, None) for d in dtypes]
+    kinds += [(short(d, True), d, True, None) for d in dtypes if not args.no_compile and can_compile(d)]
+    kinds += [("bf32", "float32", False, "bf16")] if args.bf32 else []
     vectors, rate, warm_up = {}, {}, {}
-    for dtype, compiled in kinds:
-        name = "bf32" if dtype == "bf32" else short(dtype, compiled)
-        precision = matmul_precision("bf16") if dtype == "bf32" else contextlib.nullcontext()
-        dtype = "float32" if dtype == "bf32" else dtype
-        with precision:
+    for name, dtype, compiled, precision in kinds:
+        with matmul_precision(precision):
             start = time.perf_counter()  # int8's quantisation, a compiled kind's compile: timed apart
             encoder.encode_passages(passages[:64], dtype=dtype, compile=compiled)
             warm_up[name] = time.perf_counter() - start

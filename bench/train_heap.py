@@ -39,11 +39,11 @@ VARIANTS = ("glibc", "mmap", "trim")
 
 # Runs inside the training process: patch the variant in, time the steps, report at exit.
 _WRAPPER = r"""
-import atexit, ctypes, json, resource, sys, time
+import atexit, json, resource, sys, time
 import openbook.train.heap as heap
 import openbook.train.trainer as trainer
 variant, threshold, report = sys.argv[1], int(sys.argv[2]), sys.argv[3]
-libc = ctypes.CDLL("libc.so.6")
+libc = heap._libc()
 if variant.startswith("mmap"):
     real = heap.map_large_blocks
     heap.map_large_blocks = lambda *a, **k: real(threshold)

@@ -31,3 +31,5 @@ def test_bf32_sets_onednn_bfloat16_products_only_within_its_block():
         with bench.matmul_precision("bf16"):
             assert torch.backends.mkldnn.matmul.fp32_precision == "bf16"
         assert torch.backends.mkldnn.matmul.fp32_precision == before
+        with bench.matmul_precision(None):  # the other kinds: PyTorch's own setting, untouched
+            assert torch.backends.mkldnn.matmul.fp32_precision == before
