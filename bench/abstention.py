@@ -1,25 +1,28 @@
 """Abstention of the shipped default: when should `openbook ask` say the knowledge base holds no answer?
 
-Two sets of held-out questions, neither ever trained on (``scripts/split_qa_data.py``'s held-out fifths):
+Two sets of questions the shipped default never trained on:
 
-* **development** (run 1's mixed set): *answerable*, the questions of the NQ fifth that the default answers right
-  today (exact match, with `openbook ask`'s settings; those of ``--nq-report``, the model card's report, checked
-  against the bench's own answers); *unanswerable*, as many WebQuestions and CuratedTrec questions whose answer is
-  in none of the top k passages of the demo knowledge base (DPR's has_answer; CuratedTrec's patterns as regexes),
-  drawn with ``--seed``. The signal is chosen, weighted and its threshold set here, and nowhere else.
-* **test** (fresh): every other held-out WebQuestions and CuratedTrec question. *Answerable*: those with the answer
-  in the top k that the default answers right today (exact match; CuratedTrec: its patterns); *unanswerable*: those
-  with the answer in none of the top k. WebQuestions and CuratedTrec questions are on both sides here, so a signal
-  that only told NQ's style of question from theirs would fail.
+* **development** (the held-out fifths of ``scripts/split_qa_data.py``; runs 1-4 used them all, so all of them
+  now fit): *answerable*, the questions of the NQ fifth that the default answers right today (exact match, with
+  `openbook ask`'s settings; the demo knowledge base holds every NQ question's gold passage); *unanswerable*, the
+  held-out WebQuestions and CuratedTrec questions whose answer is in none of the top k passages of the demo
+  knowledge base (DPR's has_answer; CuratedTrec's patterns as regexes). The signal is chosen, weighted and its
+  threshold set here, and nowhere else.
+* **test** (fresh, :func:`load_fresh`): the WebQuestions and CuratedTrec questions of the training parts that the
+  default never trained on, read by no earlier run. *Answerable*: those with the answer in the top k that the
+  default answers right today; *unanswerable*: those with the answer in none of the top k. Both sides are
+  WebQuestions and CuratedTrec questions, so a signal that only told NQ's style of question from theirs would
+  fail here.
 
 The features of each answer are :func:`openbook.rag.abstain.abstain_features` (top retrieval score, log p(y|x) per
-token, the p(z|x) of the passages containing the answer, its length in words). The candidate signals: the top
-score alone, the log-likelihood alone, run 1's ``top + w * logprob``, and ``combined`` (all four). Each is scored
-on the development set by repeated two-fold cross-validation (weights = the direction of a class-balanced
-logistic regression, threshold = the largest keeping ``--keep`` of the fold's answerable); the one abstaining on
-most held-out-fold unanswerable wins, is fitted on the whole development set, and only then is the test set
-scored: the share of the answerable still answered, of the unanswerable abstained on (95% bootstrap intervals),
-and the exact match of all the questions asked before (all answered) and after abstention.
+token, the p(z|x) of the passages containing the answer, its length in words, the share of the question's content
+words the passages mention). The candidate signals: the top score alone, the log-likelihood alone, run 1's
+``top + w * logprob``, run 3's four features and all five (``combined``). Each is scored on the development set
+by repeated two-fold cross-validation (weights = the direction of a class-balanced logistic regression,
+threshold = the largest keeping ``--keep`` of the fold's answerable); the one abstaining on most held-out-fold
+unanswerable wins, is fitted on the whole development set, and only then is the test set scored: the share of
+the answerable still answered, of the unanswerable abstained on (95% bootstrap intervals), and the exact match of
+all the questions asked before (all answered) and after abstention.
 
 Answers are cached (``--work``, default ``$OPENBOOK_CACHE/bench/abstention``; a second run only calibrates).
 The winner's weights belong in ``openbook/presets.py`` (``ABSTAIN_WEIGHTS``) and its threshold in the shipped
@@ -50,7 +53,8 @@ from split_qa_data import split  # noqa: E402
 
 # candidate signals: the features each weighs (one alone: the feature itself)
 SIGNALS = {"top_score": ("top_score",), "logprob": ("logprob",), "top+logprob": ("top_score", "logprob"),
-           "combined": ("top_score", "logprob", "support", "words")}
+           "combined-4": ("top_score", "logprob", "support", "words"),
+           "combined": ("top_score", "logprob", "support", "words", "coverage")}
 
 
 def load_sets(data_dir: Path) -> tuple[list[dict], list[dict]]:
@@ -70,22 +74,44 @@ def load_sets(data_dir: Path) -> tuple[list[dict], list[dict]]:
     return nq, other
 
 
-def retrieve_all(rag, rows: list[dict], k: int) -> dict[str, list[tuple[float, float, str]]]:
-    """question -> its top k as ``(d(z)^T q(x), p(z|x), text)``, as `ask` reads them."""
+def load_fresh(data_dir: Path, nq_train: int) -> list[dict]:
+    """The WebQuestions and CuratedTrec questions of the training parts that the shipped default never trained
+    on (``scripts/split_qa_data.py`` trains on the first ``nq_train // 2`` of each), as ``{question, answers,
+    mode}``: a test set no calibration has seen. A question whose text is also a trained or a held-out one (the
+    sets repeat a few) is left out."""
+    from openbook.eval.tasks.qa import CuratedTrecTask, WebQuestionsTask
+
+    used = nq_train // 2
+    wq = json.loads((data_dir / "webquestions.train.json").read_text(encoding="utf-8"))
+    fresh = [{"question": e.input, "answers": e.golds, "mode": "dpr"}
+             for e in map(WebQuestionsTask().parse_record, split(wq)[0][used:])]
+    ct = [line for line in (data_dir / "curatedtrec.train.tsv").read_text(encoding="utf-8").splitlines() if line]
+    for lineno, line in split(list(enumerate(ct, 1)))[0][used:]:
+        example = CuratedTrecTask().parse_line(line, lineno)
+        fresh.append({"question": example.input, "answers": example.golds, "mode": "regex"})
+    nq, other = load_sets(data_dir)
+    trained = [e.input for e in map(WebQuestionsTask().parse_record, split(wq)[0][:used])]
+    trained += [CuratedTrecTask().parse_line(line, n).input for n, line in split(list(enumerate(ct, 1)))[0][:used]]
+    seen = {r["question"] for r in nq + other} | set(trained)
+    return [r for r in fresh if r["question"] not in seen]
+
+
+def retrieve_all(rag, rows: list[dict], k: int) -> dict[str, list[tuple[float, float, str, str]]]:
+    """question -> its top k as ``(d(z)^T q(x), p(z|x), title, text)``, as `ask` reads them."""
     out = {}
     for start in range(0, len(rows), 64):
         batch = [r["question"] for r in rows[start: start + 64]]
         found = rag.retrieve(batch, k)
         for question, passages, scores, logprobs in zip(batch, found.passages, found.scores.tolist(),
                                                         found.doc_logprobs.exp().tolist()):
-            out[question] = [(s, p, z.text) for s, p, z in zip(scores, logprobs, passages)]
+            out[question] = [(s, p, z.title, z.text) for s, p, z in zip(scores, logprobs, passages)]
     return out
 
 
-def has_answer(row: dict, passages: list[tuple[float, float, str]]) -> bool:
+def has_answer(row: dict, passages: list[tuple[float, float, str, str]]) -> bool:
     from openbook.eval.retrieval import answer_in_passage
 
-    return any(answer_in_passage(text, row["answers"], row["mode"]) for _, _, text in passages)
+    return any(answer_in_passage(text, row["answers"], row["mode"]) for _, _, _, text in passages)
 
 
 def right(row: dict, answer: str) -> bool:
@@ -109,9 +135,9 @@ def answer_all(rag, rows: list[dict], cache: Path, k: int, batch_size: int, cach
     with open(cache, "a", encoding="utf-8") as fh:
         for i in range(0, len(todo), batch_size):
             for question, answer in zip(todo[i: i + batch_size], rag.ask(todo[i: i + batch_size], k=k)):
-                seen = [(p.score, p.prob, p.text) for p in answer.passages]
+                seen = [(p.score, p.prob, p.title, p.text) for p in answer.passages]
                 record = {"question": question, "answer": answer.answer, "logprob": answer.logprob,
-                          "features": abstain_features(answer.answer, seen, answer.logprob)}
+                          "features": abstain_features(question, answer.answer, seen, answer.logprob)}
                 done[question] = record
                 fh.write(json.dumps(record, ensure_ascii=False) + "\n")
             fh.flush()
@@ -228,25 +254,28 @@ def main(argv=None) -> None:
 
     work = Path(args.work) if args.work else cache_dir() / "bench" / "abstention"
     work.mkdir(parents=True, exist_ok=True)
-    nq, other = load_sets(Path(args.data_dir))
+    data_dir = Path(args.data_dir)
+    nq, other = load_sets(data_dir)
+    fresh = load_fresh(data_dir, len(nq_split(data_dir)[0]))
     today = {p["input"]: p for p in json.loads(Path(args.nq_report).read_text(encoding="utf-8"))["predictions"]}
     nq_right = [r for r in nq if today[r["question"]]["scores"]["exact_match"]]
     rag = RAG.load()  # the shipped default, as `openbook ask` loads it
-    passages = retrieve_all(rag, nq + other, args.k)
-    in_top_k = {r["question"]: has_answer(r, passages[r["question"]]) for r in other}
-    pool = [r for r in other if not in_top_k[r["question"]]]
-    found = [r for r in other if in_top_k[r["question"]]]
-    random.Random(args.seed).shuffle(pool)
-    dev_un, test_un = pool[: len(nq_right)], pool[len(nq_right):]  # as many unanswerable as answerable
+    passages = retrieve_all(rag, nq + other + fresh, args.k)
+    in_top_k = {r["question"]: has_answer(r, passages[r["question"]]) for r in other + fresh}
+    dev_un = [r for r in other if not in_top_k[r["question"]]]
+    dev_found = [r for r in other if in_top_k[r["question"]]]
+    test_un = [r for r in fresh if not in_top_k[r["question"]]]
+    test_found = [r for r in fresh if in_top_k[r["question"]]]
     print(f"development: {len(nq_right)} of the {len(nq)} NQ held-out questions right today ({args.nq_report}), "
-          f"{len(dev_un)} of {len(pool)} unanswerable WebQuestions/CuratedTrec held-out questions; test: the "
-          f"{len(test_un)} other unanswerable and the {len(found)} with the answer in the top {args.k}", flush=True)
+          f"{len(dev_un)} of the {len(other)} held-out WebQuestions/CuratedTrec questions unanswerable; test: "
+          f"{len(fresh)} fresh WebQuestions/CuratedTrec questions, {len(test_un)} unanswerable and {len(test_found)} "
+          f"with the answer in the top {args.k}", flush=True)
     # the development set first (interleaved, so that a partial cache is balanced), then the test set, then the
-    # NQ questions answered wrong (exact match before and after)
-    needed = interleave(nq_right, dev_un) + interleave(found, test_un)
-    needed += [r for r in nq if r not in nq_right]
+    # rest of the development questions (exact match before and after)
+    needed = interleave(nq_right, dev_un) + interleave(test_found, test_un)
+    needed += [r for r in nq if r not in nq_right] + dev_found
     got = answer_all(rag, needed, work / "answers.jsonl", args.k, args.batch_size, args.cached_only)
-    feats = {q: abstain_features(g["answer"], passages[q], g["logprob"]) for q, g in got.items()}
+    feats = {q: abstain_features(q, g["answer"], passages[q], g["logprob"]) for q, g in got.items()}
     changed = sum(got[r["question"]]["answer"] != today[r["question"]]["prediction"]
                   for r in nq if r["question"] in got)
     drift = max((abs(g["features"][n] - feats[q][n]) for q, g in got.items() if "features" in g
@@ -254,8 +283,10 @@ def main(argv=None) -> None:
     print(f"NQ answers differing from the report's: {changed}; largest difference of a feature as ask saw it to "
           f"the bench's (passages retrieved again): {drift:.2g}")
 
-    dev_a = [feats[r["question"]] for r in nq if r["question"] in got and right(r, got[r["question"]]["answer"])]
-    dev_u = [feats[r["question"]] for r in dev_un if r["question"] in got]
+    def answered_right(rows):
+        return [feats[r["question"]] for r in rows if r["question"] in got and right(r, got[r["question"]]["answer"])]
+
+    dev_a, dev_u = answered_right(nq), [feats[r["question"]] for r in dev_un if r["question"] in got]
     figures: dict = {"k": args.k, "keep_target": args.keep, "dev_answerable": len(dev_a),
                      "dev_unanswerable": len(dev_u),
                      "nq_answers_differing_from_report": changed, "feature_drift": drift, "cross_validation": {}}
@@ -271,9 +302,13 @@ def main(argv=None) -> None:
     score, weights = signal_of(chosen, dev_a, dev_u)
     threshold = threshold_keeping([score(f) for f in dev_a], args.keep)
     print(f"chosen: {chosen}, weights {weights}, threshold {threshold:.4f} (fitted on the whole development set)")
+    dev_other = answered_right(dev_found)
+    dev_other_kept = share([score(f) >= threshold for f in dev_other])
+    print(f"  held-out WebQuestions/CuratedTrec questions right today (not in the fit) still answered: "
+          f"{dev_other_kept:.1%} of {len(dev_other)}")
 
-    test_rows = [r for r in found + test_un if r["question"] in got]
-    test_a = [feats[r["question"]] for r in found if r["question"] in got and right(r, got[r["question"]]["answer"])]
+    test_rows = [r for r in fresh if r["question"] in got]
+    test_a = answered_right(test_found)
     test_u = [feats[r["question"]] for r in test_un if r["question"] in got]
     kept = [score(f) >= threshold for f in test_a]
     abstained = [score(f) < threshold for f in test_u]
@@ -285,6 +320,7 @@ def main(argv=None) -> None:
     cv = figures["cross_validation"][chosen]
     figures.update(signal=chosen, weights=weights, threshold=threshold,
                    answered_right=cv["answered_right"], abstain_unanswerable=cv["abstain_unanswerable"],
+                   dev_other_answerable=len(dev_other), dev_other_answered_right=round(dev_other_kept, 3),
                    test_unanswerable=len(abstained), test_abstain_unanswerable=round(share(abstained), 3),
                    test_abstain_unanswerable_ci=bootstrap(abstained, args.seed),
                    test_other_answerable=len(kept), test_other_answered_right=round(share(kept), 3),
@@ -303,10 +339,10 @@ def main(argv=None) -> None:
                                 and figures["test_abstain_unanswerable"] >= 0.70)
     print(f"\nheld out (cross-validated above): answers {cv['answered_right']:.1%} of the NQ questions right today, "
           f"abstains on {cv['abstain_unanswerable']:.1%} of the unanswerable")
-    print(f"test set, {chosen} < {threshold:.4f} abstains:")
-    print(f"  fresh unanswerable abstained on: {sum(abstained)}/{len(abstained)} = {share(abstained):.1%} "
+    print(f"test set (fresh), {chosen} < {threshold:.4f} abstains:")
+    print(f"  unanswerable abstained on: {sum(abstained)}/{len(abstained)} = {share(abstained):.1%} "
           f"(95% CI {figures['test_abstain_unanswerable_ci']})")
-    print(f"  WebQuestions/CuratedTrec questions right today, still answered: {sum(kept)}/{len(kept)} = "
+    print(f"  questions right today, still answered: {sum(kept)}/{len(kept)} = "
           f"{share(kept):.1%} (95% CI {figures['test_other_answered_right_ci']}; off the book's topics)")
     print(f"  all {len(em_before)} test questions: exact match {share(em_before):.1%} answering all, "
           f"{share(em_after):.1%} of the {len(em_after)} answered")

@@ -5,7 +5,8 @@ threshold. The score (:func:`abstain_score`) is the signal named by :data:`openb
 chosen and calibrated on data by ``bench/abstention.py`` (docs/results.md, "Abstention"). Its features
 (:func:`abstain_features`) are what one answer already carries: the top retrieval score d(z)^T q(x), the answer's
 log-likelihood per token, how much of p(z|x) lies on passages that contain the answer's words (an answer read
-from the book is in it; a guess mostly is not), and the answer's length in words.
+from the book is in it; a guess mostly is not), the answer's length in words, and how many of the question's
+content words the passages mention (a book that holds the answer usually names what the question asks about).
 
 A threshold only means something for the models it was calibrated on, so it travels with the model: the shipped
 default's ``run.json`` holds it (``"abstain": {"signal": ..., "weights": ..., "threshold": ...}``),
@@ -17,6 +18,7 @@ answers still carry their score.
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 import unicodedata
@@ -25,8 +27,12 @@ from collections.abc import Mapping, Sequence
 from openbook.errors import InputError
 from openbook.presets import ABSTAIN_SIGNAL, ABSTAIN_WEIGHTS
 
-FEATURES = ("top_score", "logprob", "support", "words")  # what abstain_features returns, in this order
+# what abstain_features returns, in this order
+FEATURES = ("top_score", "logprob", "support", "words", "coverage")
 _WORD = re.compile(r"\w+")
+
+#: One retrieved passage as the features read it: ``(d(z)^T q(x), p(z|x), title, text)``.
+Seen = tuple[float, float, str, str]
 
 
 def words(text: str) -> list[str]:
@@ -40,15 +46,37 @@ def _contains(haystack: list[str], needle: list[str]) -> bool:
     return n > 0 and any(haystack[i: i + n] == needle for i in range(len(haystack) - n + 1))
 
 
-def abstain_features(answer: str, passages: Sequence[tuple[float, float, str]], logprob: float | None) -> dict:
-    """The features of one answer from its ``(score, p(z|x), text)`` passages: ``top_score``, the largest
+@functools.cache
+def _stopwords() -> frozenset[str]:
+    """NLTK's English stop words (with what/who/when/...), as bm25s ships them (imported when first needed)."""
+    from bm25s.stopwords import STOPWORDS_EN_PLUS
+
+    return frozenset(STOPWORDS_EN_PLUS)
+
+
+def content_words(text: str) -> list[str]:
+    """The distinct :func:`words` of ``text`` that are not English stop words, in order."""
+    stop = _stopwords()
+    return list(dict.fromkeys(w for w in words(text) if w not in stop))
+
+
+def abstain_features(question: str, answer: str, passages: Sequence[Seen], logprob: float | None) -> dict:
+    """The features of one answer from its ``(score, p(z|x), title, text)`` passages: ``top_score``, the largest
     d(z)^T q(x); ``logprob``, log p(y|x) per token (-inf when unknown); ``support``, the p(z|x) of the passages
-    whose words contain the answer's words in order; ``words``, the answer's length in words."""
-    said = words(answer)
-    return {"top_score": float(max((s for s, _, _ in passages), default=-math.inf)),
+    whose words contain the answer's words in order; ``words``, the answer's length in words; ``coverage``, the
+    share of the question's content words found in a passage's title and text, averaged under p(z|x) (0 for a
+    question of stop words only)."""
+    said, asked = words(answer), content_words(question)
+    coverage = 0.0
+    if asked:
+        for _, p, title, text in passages:
+            seen = set(words(f"{title} {text}"))
+            coverage += p * sum(w in seen for w in asked) / len(asked)
+    return {"top_score": float(max((s for s, _, _, _ in passages), default=-math.inf)),
             "logprob": float(logprob) if logprob is not None else -math.inf,
-            "support": float(sum(p for _, p, text in passages if _contains(words(text), said))),
-            "words": float(len(said))}
+            "support": float(sum(p for _, p, _, text in passages if _contains(words(text), said))),
+            "words": float(len(said)),
+            "coverage": float(coverage)}
 
 
 def combined_score(features: Mapping[str, float], weights: Mapping[str, float]) -> float:
@@ -57,10 +85,10 @@ def combined_score(features: Mapping[str, float], weights: Mapping[str, float]) 
     return float(sum(w * features[name] for name, w in weights.items() if w))
 
 
-def abstain_score(answer: str, passages: Sequence[tuple[float, float, str]], logprob: float | None) -> float:
+def abstain_score(question: str, answer: str, passages: Sequence[Seen], logprob: float | None) -> float:
     """The abstention signal of one answer (:data:`~openbook.presets.ABSTAIN_SIGNAL`): the top retrieval score
-    (``"top_score"``), the log-likelihood per token (``"logprob"``), or all features (``"combined"``)."""
-    features = abstain_features(answer, passages, logprob)
+    (``"top_score"``), the log-likelihood per token (``"logprob"``), or the weighted features (``"combined"``)."""
+    features = abstain_features(question, answer, passages, logprob)
     if ABSTAIN_SIGNAL in ("top_score", "logprob"):
         return features[ABSTAIN_SIGNAL]
     return combined_score(features, ABSTAIN_WEIGHTS)

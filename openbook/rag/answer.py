@@ -51,8 +51,8 @@ class Answer:
 
     def decide_abstention(self, threshold: float | None) -> None:
         """Score this answer for abstention and abstain if the score is below ``threshold`` (None: never)."""
-        passages = [(p.score, p.prob, p.text) for p in self.passages]
-        self.abstain_score = abstain_score(self.answer, passages, self.logprob)
+        passages = [(p.score, p.prob, p.title, p.text) for p in self.passages]
+        self.abstain_score = abstain_score(self.question, self.answer, passages, self.logprob)
         self.abstain_threshold = threshold
         self.abstained = abstains(self.abstain_score, threshold)
 

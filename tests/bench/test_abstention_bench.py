@@ -2,9 +2,16 @@
 
 from __future__ import annotations
 
+import gzip
+import importlib.util
+import json
+from pathlib import Path
+
 import pytest
 
 from bench_scripts import bench_modules
+
+SPLIT = Path(__file__).resolve().parents[2] / "scripts" / "split_qa_data.py"
 
 
 @pytest.fixture(scope="module")
@@ -30,10 +37,11 @@ def test_the_weights_point_to_the_separating_feature(bench):
     """Answerable and unanswerable differ only in log-likelihood: its weight grows large and positive, and
     cross-validation keeps about the share asked for while abstaining on nearly every unanswerable."""
     answerable = [{"top_score": 0.5 + 0.01 * (i % 3), "logprob": -0.2 - 0.01 * i, "support": 0.5,
-                   "words": 2.0} for i in range(40)]
+                   "words": 2.0, "coverage": 0.5} for i in range(40)]
     unanswerable = [{**f, "logprob": f["logprob"] - 0.8} for f in answerable]
     weights = bench.fit_weights(answerable, unanswerable, bench.SIGNALS["combined"], steps=500)
-    assert weights["logprob"] > 1.0 and abs(weights["support"]) + abs(weights["words"]) < 1e-9
+    assert weights["logprob"] > 1.0
+    assert abs(weights["support"]) + abs(weights["words"]) + abs(weights["coverage"]) < 1e-9
     kept, abstained = bench.cross_validate("combined", answerable, unanswerable, 0.9, rounds=2, seed=0)
     assert kept >= 0.85 and abstained >= 0.95
     flags = [True] * 3 + [False]
@@ -58,3 +66,33 @@ def test_the_shipped_calibration_is_scored_with_the_shipped_signal(bench):
     assert got["signal"] == ABSTAIN_SIGNAL and got["threshold"] == threshold
     assert (got["test_other_answered_right"], got["test_abstain_unanswerable"]) == (
         (0.667, 0.75) if higher else (0.333, 0.25))
+
+
+def test_the_fresh_test_set_is_what_the_default_never_trained_on_nor_any_run_read(bench, tmp_path):
+    """The fresh questions are the WebQuestions/CuratedTrec training parts past what default-train.jsonl takes
+    (as scripts/split_qa_data.py writes it), less any question that repeats a trained or held-out one."""
+    data, out = tmp_path / "data", tmp_path / "out"
+    data.mkdir()
+    n = 21  # NQ: 16 to train on, so default-train takes the first 8 of each other training part
+    with gzip.open(data / "nq-open-oracle.dev-split.jsonl.gz", "wt", encoding="utf-8") as fh:
+        fh.writelines(json.dumps({"question": f"q{i}", "answers": ["a"], "ctxs": []}) + "\n" for i in range(n))
+    wq = [f"w{i}" for i in range(n)]
+    wq[19], wq[18] = wq[1], wq[10]  # training part past the first 8: 19 repeats a trained one, 18 a held-out one
+    (data / "webquestions.train.json").write_text(json.dumps(
+        [{"qId": str(i), "qText": q, "answers": ["a"]} for i, q in enumerate(wq)]))
+    (data / "curatedtrec.train.tsv").write_text("".join(f"{i}\tfactoid\tc{i}\ta{i}\n" for i in range(n)))
+    for name in ("jeopardy.dev-split.jsonl.gz", "fever.paper_dev.dev-split.jsonl.gz"):
+        gzip.open(data / name, "wt").close()
+    spec = importlib.util.spec_from_file_location("split_qa_data", SPLIT)
+    split = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(split)
+    split.main(["--data-dir", str(data), "--out", str(out)])
+
+    fresh = bench.load_fresh(data, 16)
+    trained = {json.loads(line)["question"] for line in (out / "default-train.jsonl").read_text().splitlines()}
+    nq, held = bench.load_sets(data)
+    assert not {r["question"] for r in fresh} & (trained | {r["question"] for r in nq + held})
+    questions = [r["question"] for r in fresh]
+    # training parts: indices not divisible by 5; past the first 8 of each: 11..19 less 15 (and the repeats)
+    assert questions == [f"w{i}" for i in (11, 12, 13, 14, 16, 17)] + [f"c{i}" for i in (11, 12, 13, 14, 16, 17, 18, 19)]
+    assert {r["mode"] for r in fresh if r["question"].startswith("c")} == {"regex"}

@@ -11,7 +11,15 @@ import pytest
 
 from openbook.errors import InputError
 from openbook.presets import ABSTAIN_SIGNAL, ABSTAIN_WEIGHTS, INTERACTIVE, PAPER
-from openbook.rag.abstain import abstain_features, abstain_score, abstains, combined_score, run_threshold
+from openbook.rag.abstain import (
+    FEATURES,
+    abstain_features,
+    abstain_score,
+    abstains,
+    combined_score,
+    content_words,
+    run_threshold,
+)
 from serve_helpers import tiny_rag
 
 QUESTION = "capital of france"
@@ -23,27 +31,36 @@ def test_the_rule_is_one_comparison_and_never_without_a_threshold():
     assert INTERACTIVE.abstain and not PAPER.abstain and "--no-abstain" in PAPER.flags()
 
 
-PASSAGES = [(0.2, 0.125, "Lyon is a city."), (0.7, 0.5, "Zürich is the largest city of Switzerland."),
-            (0.4, 0.375, "The city of ZURICH, switzerland")]
+PASSAGES = [(0.2, 0.125, "Lyon", "Lyon is a city."), (0.7, 0.5, "Zürich", "Zürich is the largest city of Switzerland."),
+            (0.4, 0.375, "Switzerland", "The city of ZURICH, switzerland")]
+ASKED = "What is the largest city of Switzerland?"
 
 
 def test_the_features_are_read_from_the_answer_and_its_passages():
-    f = abstain_features("zurich, Switzerland", PASSAGES, -1.5)
-    # the answer's words in order, case and accents aside: in the last passage only (the second has "of" between)
-    assert f == {"top_score": 0.7, "logprob": -1.5, "support": 0.375, "words": 2.0}
-    assert abstain_features("Zürich", PASSAGES, None)["support"] == pytest.approx(0.875)
-    assert abstain_features("Switzerland Zurich", PASSAGES, -1.0)["support"] == 0.0  # order matters
-    empty = abstain_features("", [], None)
-    assert empty["support"] == 0.0 and empty["words"] == 0.0 and empty["top_score"] == empty["logprob"] == -math.inf
+    f = abstain_features(ASKED, "zurich, Switzerland", PASSAGES, -1.5)
+    # the answer's words in order, case and accents aside: in the last passage only (the second has "of" between);
+    # the question's content words "largest", "city", "switzerland": 1 of 3 in the first passage, all in the
+    # second, 2 in the third (its title counts), averaged under p(z|x)
+    assert f == pytest.approx({"top_score": 0.7, "logprob": -1.5, "support": 0.375, "words": 2.0,
+                               "coverage": (0.125 * 1 + 0.5 * 3 + 0.375 * 2) / 3})
+    assert tuple(f) == FEATURES
+    assert abstain_features(ASKED, "Zürich", PASSAGES, None)["support"] == pytest.approx(0.875)
+    assert abstain_features(ASKED, "Switzerland Zurich", PASSAGES, -1.0)["support"] == 0.0  # order matters
+    empty = abstain_features("", "", [], None)
+    assert empty["support"] == empty["words"] == empty["coverage"] == 0.0
+    assert empty["top_score"] == empty["logprob"] == -math.inf
+    assert abstain_features("Who is it?", "x", PASSAGES, None)["coverage"] == 0.0  # stop words only
+    assert content_words("What is the city, the CITY of Zürich?") == ["city", "zurich"]
 
 
 def test_the_score_is_the_chosen_signal():
-    f = abstain_features("Zürich", PASSAGES, -1.5)
+    f = abstain_features(ASKED, "Zürich", PASSAGES, -1.5)
     expected = {"top_score": 0.7, "logprob": -1.5, "combined": combined_score(f, ABSTAIN_WEIGHTS)}[ABSTAIN_SIGNAL]
-    assert abstain_score("Zürich", PASSAGES, -1.5) == pytest.approx(expected)
+    assert abstain_score(ASKED, "Zürich", PASSAGES, -1.5) == pytest.approx(expected)
     assert combined_score(f, {"top_score": 2.0, "logprob": 0.5, "support": 0.25, "words": -0.125}) == pytest.approx(
         1.4 - 0.75 + 0.25 * 0.875 - 0.125)
     assert combined_score({**f, "logprob": -math.inf}, {"top_score": 1.0, "logprob": 0.0}) == 0.7  # left out
+    assert set(ABSTAIN_WEIGHTS) <= set(FEATURES)
 
 
 CALIBRATED = {"signal": ABSTAIN_SIGNAL, "weights": ABSTAIN_WEIGHTS}
@@ -71,7 +88,8 @@ def test_ask_abstains_below_the_threshold_and_says_so(rag):
     (base,) = rag.ask([QUESTION], max_new_tokens=4)
     assert base.abstained is False and base.abstain_threshold is None  # the tiny model has no calibrated threshold
     score = base.abstain_score
-    assert score == abstain_score(base.answer, [(p.score, p.prob, p.text) for p in base.passages], base.logprob)
+    seen = [(p.score, p.prob, p.title, p.text) for p in base.passages]
+    assert score == abstain_score(QUESTION, base.answer, seen, base.logprob)
     (high,) = rag.ask([QUESTION], max_new_tokens=4, abstain_threshold=score + 1.0)
     (low,) = rag.ask([QUESTION], max_new_tokens=4, abstain_threshold=score - 1.0)
     assert high.abstained and not low.abstained
