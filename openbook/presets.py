@@ -62,4 +62,4 @@ PRESETS = {preset.name: preset for preset in (INTERACTIVE, PAPER)}
 # shipped default (stored in its run.json), by `PYTHONPATH=. python bench/abstention.py` (docs/results.md,
 # "Abstention").
 ABSTAIN_SIGNAL = "combined"
-ABSTAIN_WEIGHTS = {"top_score": 11.6581, "logprob": 4.8121, "support": 1.7814, "words": -0.2346}
+ABSTAIN_WEIGHTS = {"top_score": 12.1075, "logprob": 4.0134, "support": 2.0983, "words": -0.2608, "coverage": 0.642}
