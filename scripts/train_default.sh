@@ -16,15 +16,17 @@
 #                                         # not shipped: compare it with the default first (docs/models/default.md)
 #   KB=DIR scripts/train_default.sh open-book-init  # the same over DIR, starting from the shipped default's adapters
 #                                         # (--init default) at a third of the learning rate, STEPS default 100
+#   KB=DIR scripts/train_default.sh open-book-learned  # open-book-init with q(x) trained too
 #
-# DATA points at ../shared/data; STEPS (default 250, 100 for open-book-init) is the number of Adam steps of 4 questions.
+# DATA points at ../shared/data; STEPS (default 250, 100 for open-book-init and open-book-learned) is the number of
+# Adam steps of 4 questions.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 OB=${OB:-.venv/bin/openbook}
 PY=${PY:-.venv/bin/python}
 DATA=${DATA:-../shared/data}
 STEPS_DEFAULT=250
-[ "${1:-rag}" = open-book-init ] && STEPS_DEFAULT=100
+case "${1:-rag}" in open-book-init|open-book-learned) STEPS_DEFAULT=100 ;; esac
 STEPS=${STEPS:-$STEPS_DEFAULT}
 TRAIN=runs/data/default-train-answerable.jsonl
 case "${1:-rag}" in open-book*) TRAIN=runs/data/open-book-train-answerable.jsonl ;; esac
@@ -72,5 +74,13 @@ case "${1:-rag}" in
     /usr/bin/time -v $OB train --model rag-sequence $DATA_AND_SCHEDULE --lr-generator 3e-4 --lora-dropout 0 \
         --freeze-retriever --init default --batch-size 1 --grad-accumulation 4 --kb "$KB" \
         --out runs/default-open-book-init $resume 2> >(tee runs/default-open-book-init.time >&2) ;;
-  *) echo "usage: scripts/train_default.sh [rag|closed-book|learned|full|open-book|open-book-init]" >&2; exit 2 ;;
+  open-book-learned)
+    # open-book-init with q(x) learned too (the paper's end-to-end retriever; the document encoder and the book's
+    # index stay frozen), at a learning rate ten times "learned"'s for so short a run
+    resume=$([ -f runs/default-open-book-learned/checkpoint/state.json ] && echo --resume || true)
+    /usr/bin/time -v $OB train --model rag-sequence $DATA_AND_SCHEDULE --lr-generator 3e-4 --lora-dropout 0 \
+        --lr-query-encoder 1e-4 --init default --batch-size 1 --grad-accumulation 4 --kb "$KB" \
+        --out runs/default-open-book-learned $resume 2> >(tee runs/default-open-book-learned.time >&2) ;;
+  *) echo "usage: scripts/train_default.sh [rag|closed-book|learned|full|open-book|open-book-init|open-book-learned]" >&2
+     exit 2 ;;
 esac

@@ -13,7 +13,7 @@
 # recall@1/5/20/100, dense/BM25/hybrid), latency (bench/ask_latency.py --kb), shards (bench/shard_plan.py),
 # quality (exact match and FEVER with the shipped default), train (scripts/train_default.sh open-book: fresh
 # adapters), train-init (scripts/train_default.sh open-book-init: the shipped default's adapters trained further),
-# candidates (scripts/open_book_candidates.py: each against the shipped default over the book and the demo book).
+# train-learned (scripts/train_default.sh open-book-learned: the same with q(x) trained too), candidates (scripts/open_book_candidates.py: each against the shipped default over the book and the demo book).
 # KB (default $OPENBOOK_CACHE/kb/wiki2015), DATA (../shared/data), LOGS ($OPENBOOK_CACHE/wiki-book).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -52,11 +52,13 @@ run() {
     quality) step quality env OMP_NUM_THREADS=2 $PY bench/open_domain.py --kb "$KB" --data-dir "$DATA" ;;
     train) step train env KB="$KB" DATA="$DATA" scripts/train_default.sh open-book ;;
     train-init) step train-init env KB="$KB" DATA="$DATA" scripts/train_default.sh open-book-init ;;
+    train-learned) step train-learned env KB="$KB" DATA="$DATA" scripts/train_default.sh open-book-learned ;;
     candidates) step candidates $PY scripts/open_book_candidates.py --kb "$KB" ;;
-    *) echo "unknown step $1 (build, index, recall, latency, shards, quality, train, train-init, candidates)" >&2; exit 2 ;;
+    *) echo "unknown step $1 (build, index, recall, latency, shards, quality, train, train-init, train-learned," \
+            "candidates)" >&2; exit 2 ;;
   esac
 }
 
 steps=("$@")
-[ ${#steps[@]} -eq 0 ] && steps=(build index recall latency shards quality train train-init candidates)
+[ ${#steps[@]} -eq 0 ] && steps=(build index recall latency shards quality train train-init train-learned candidates)
 for s in "${steps[@]}"; do run "$s"; done
