@@ -57,21 +57,24 @@ SIGNALS = {"top_score": ("top_score",), "logprob": ("logprob",), "top+logprob": 
            "combined": ("top_score", "logprob", "support", "words", "coverage")}
 
 
-def load_sets(data_dir: Path) -> tuple[list[dict], list[dict]]:
-    """(the NQ held-out fifth, the WebQuestions + CuratedTrec held-out fifths), as ``{question, answers, mode}``."""
-    nq = [{"question": r["question"], "answers": r["answers"], "mode": "dpr"} for r in nq_split(data_dir)[1]]
+def _other_parts(data_dir: Path) -> tuple[tuple[list[dict], list[dict]], tuple[list[dict], list[dict]]]:
+    """WebQuestions' and CuratedTrec's (training part, held-out fifth), each as ``{question, answers, mode}`` in
+    ``scripts/split_qa_data.py``'s order."""
     from openbook.eval.tasks.qa import CuratedTrecTask, WebQuestionsTask
 
     wq = json.loads((data_dir / "webquestions.train.json").read_text(encoding="utf-8"))
-    other = []
-    for record in split(wq)[1]:
-        example = WebQuestionsTask().parse_record(record)
-        other.append({"question": example.input, "answers": example.golds, "mode": "dpr"})
     ct = [line for line in (data_dir / "curatedtrec.train.tsv").read_text(encoding="utf-8").splitlines() if line]
-    for lineno, line in split(list(enumerate(ct, 1)))[1]:
-        example = CuratedTrecTask().parse_line(line, lineno)
-        other.append({"question": example.input, "answers": example.golds, "mode": "regex"})
-    return nq, other
+    wq_rows = [{"question": e.input, "answers": e.golds, "mode": "dpr"} for e in map(WebQuestionsTask().parse_record, wq)]
+    ct_rows = [{"question": e.input, "answers": e.golds, "mode": "regex"}
+               for e in (CuratedTrecTask().parse_line(line, n) for n, line in enumerate(ct, 1))]
+    return split(wq_rows), split(ct_rows)
+
+
+def load_sets(data_dir: Path) -> tuple[list[dict], list[dict]]:
+    """(the NQ held-out fifth, the WebQuestions + CuratedTrec held-out fifths), as ``{question, answers, mode}``."""
+    nq = [{"question": r["question"], "answers": r["answers"], "mode": "dpr"} for r in nq_split(data_dir)[1]]
+    (_, wq), (_, ct) = _other_parts(data_dir)
+    return nq, wq + ct
 
 
 def load_fresh(data_dir: Path, nq_train: int) -> list[dict]:
@@ -79,21 +82,10 @@ def load_fresh(data_dir: Path, nq_train: int) -> list[dict]:
     on (``scripts/split_qa_data.py`` trains on the first ``nq_train // 2`` of each), as ``{question, answers,
     mode}``: a test set no calibration has seen. A question whose text is also a trained or a held-out one (the
     sets repeat a few) is left out."""
-    from openbook.eval.tasks.qa import CuratedTrecTask, WebQuestionsTask
-
     used = nq_train // 2
-    wq = json.loads((data_dir / "webquestions.train.json").read_text(encoding="utf-8"))
-    fresh = [{"question": e.input, "answers": e.golds, "mode": "dpr"}
-             for e in map(WebQuestionsTask().parse_record, split(wq)[0][used:])]
-    ct = [line for line in (data_dir / "curatedtrec.train.tsv").read_text(encoding="utf-8").splitlines() if line]
-    for lineno, line in split(list(enumerate(ct, 1)))[0][used:]:
-        example = CuratedTrecTask().parse_line(line, lineno)
-        fresh.append({"question": example.input, "answers": example.golds, "mode": "regex"})
-    nq, other = load_sets(data_dir)
-    trained = [e.input for e in map(WebQuestionsTask().parse_record, split(wq)[0][:used])]
-    trained += [CuratedTrecTask().parse_line(line, n).input for n, line in split(list(enumerate(ct, 1)))[0][:used]]
-    seen = {r["question"] for r in nq + other} | set(trained)
-    return [r for r in fresh if r["question"] not in seen]
+    (wq, wq_held), (ct, ct_held) = _other_parts(data_dir)
+    seen = {r["question"] for r in nq_split(data_dir)[1] + wq_held + ct_held + wq[:used] + ct[:used]}
+    return [r for r in wq[used:] + ct[used:] if r["question"] not in seen]
 
 
 def retrieve_all(rag, rows: list[dict], k: int) -> dict[str, list[tuple[float, float, str, str]]]:
