@@ -67,16 +67,16 @@ def abstain_features(question: str, answer: str, passages: Sequence[Seen], logpr
     share of the question's content words found in a passage's title and text, averaged under p(z|x) (0 for a
     question of stop words only)."""
     said, asked = words(answer), content_words(question)
-    coverage = 0.0
-    if asked:
-        for _, p, title, text in passages:
-            seen = set(words(f"{title} {text}"))
+    support = coverage = 0.0
+    for _, p, title, text in passages:  # each passage's words read once, for both features
+        body = words(text)
+        support += p if _contains(body, said) else 0.0
+        if asked:
+            seen = set(body).union(words(title))
             coverage += p * sum(w in seen for w in asked) / len(asked)
     return {"top_score": float(max((s for s, _, _, _ in passages), default=-math.inf)),
             "logprob": float(logprob) if logprob is not None else -math.inf,
-            "support": float(sum(p for _, p, _, text in passages if _contains(words(text), said))),
-            "words": float(len(said)),
-            "coverage": float(coverage)}
+            "support": float(support), "words": float(len(said)), "coverage": float(coverage)}
 
 
 def combined_score(features: Mapping[str, float], weights: Mapping[str, float]) -> float:
