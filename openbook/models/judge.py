@@ -1,0 +1,94 @@
+"""A passage judge: a cross-encoder that reads a question and one passage together and scores whether the passage
+holds the question's answer (a logit; above 0 means yes).
+
+Retrieval scores a question and a passage apart, d(z)^T q(x); the judge reads them as one input, the way
+rerankers do, so it sees whether the passage names what the question asks about. Abstention
+(:mod:`openbook.rag.abstain`) uses its best logit over the passages read as one of its features.
+
+It is the retriever's own encoder (the packaged all-MiniLM-L6-v2) with LoRA adapters on its linear layers and one
+linear head on the mean of its last hidden states, trained by ``scripts/train_judge.py`` on the training part of
+the default's questions (label: the passage contains an answer, DPR's ``has_answer``). The adapters and the head
+ship as one safetensors file with a JSON file beside it (:func:`openbook.models.weights.write_tensors`) naming the
+LoRA settings and the input length; loading folds the adapters into the encoder's weights
+(:func:`openbook.models.adapters.merge_lora_tensors`), so judging costs what the plain encoder costs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+import torch
+
+from openbook.errors import InputError
+from openbook.models.adapters import LoraSettings, add_lora, merge_lora_tensors
+from openbook.models.encoders import pad_features, pool
+from openbook.models.weights import read_tensors, write_tensors
+
+HEAD = ("head.weight", "head.bias")
+BATCH = 32  # pairs per forward pass when judging
+
+
+class PassageJudge(torch.nn.Module):
+    """``judge(questions, passages)`` -> one logit per (question, passage) pair; :meth:`score` judges one question's
+    passages without gradients."""
+
+    def __init__(self, model: torch.nn.Module, tokenizer, max_length: int = 256):
+        super().__init__()
+        self.model, self.tokenizer, self.max_length = model, tokenizer, int(max_length)
+        self.head = torch.nn.Linear(model.config.hidden_size, 1)
+
+    @classmethod
+    def new(cls, lora: LoraSettings, max_length: int = 256, base: str | Path | None = None) -> PassageJudge:
+        """An untrained judge on ``base`` (default: the packaged MiniLM) with LoRA adapters to train."""
+        judge = cls(*_base(base), max_length=max_length)
+        add_lora(judge.model, lora)
+        judge.lora = lora
+        return judge
+
+    @classmethod
+    def load(cls, path: str | Path, base: str | Path | None = None) -> PassageJudge:
+        """The judge saved at ``path`` by :meth:`save`, its adapters folded into ``base``'s weights."""
+        tensors, data = read_tensors(path, with_data=True)
+        judge = cls(*_base(base), max_length=int(data.get("max_length", 256)))
+        rest = merge_lora_tensors(judge.model, tensors, LoraSettings.from_dict(data["lora"]))
+        if set(rest) != set(HEAD):
+            raise InputError(f"{path} is not a passage judge: it must hold the adapters and {', '.join(HEAD)}")
+        judge.load_state_dict({name: rest[name] for name in HEAD}, strict=False)
+        return judge.eval()
+
+    def save(self, path: str | Path) -> None:
+        """The adapters and the head to ``path`` (safetensors) and their settings to ``path`` with ``.json``."""
+        tensors = {name: t for name, t in self.state_dict().items() if "lora_" in name or name in HEAD}
+        tensors = {name.removeprefix("model."): t for name, t in tensors.items()}
+        write_tensors(path, tensors, {"lora": self.lora.to_dict(), "max_length": self.max_length})
+
+    def forward(self, questions: Sequence[str], passages: Sequence[tuple[str, str]]) -> torch.Tensor:
+        """Logits ``(n,)`` of the n pairs ``questions[i]`` and ``passages[i] = (title, text)``, read as "question
+        [SEP] title. text" (the passage cut to fit ``max_length`` tokens)."""
+        joined = [f"{title}. {text}" if title.strip() else text for title, text in passages]
+        encoded = self.tokenizer(list(questions), joined, truncation="longest_first", max_length=self.max_length)
+        features = [{key: encoded[key][i] for key in encoded} for i in range(len(joined))]
+        batch = pad_features(features, self.tokenizer.pad_token_id or 0)
+        hidden = pool(self.model(**batch), batch["attention_mask"], "mean")
+        return self.head(hidden.float()).squeeze(-1)
+
+    @torch.no_grad()
+    def score(self, question: str, passages: Sequence[tuple[str, str]]) -> list[float]:
+        """The logit of each ``(title, text)`` passage holding the answer to ``question``."""
+        out: list[float] = []
+        for start in range(0, len(passages), BATCH):
+            chunk = passages[start: start + BATCH]
+            out += self([question] * len(chunk), chunk).tolist()
+        return out
+
+
+def _base(base: str | Path | None):
+    from transformers import AutoModel, AutoTokenizer
+
+    from openbook.models.loading import packaged_minilm_path, quiet_loading
+
+    source = str(base or packaged_minilm_path())
+    with quiet_loading():
+        model = AutoModel.from_pretrained(source, dtype=torch.float32, trust_remote_code=False)
+        return model, AutoTokenizer.from_pretrained(source, trust_remote_code=False)

@@ -1,0 +1,130 @@
+"""Train the shipped default's passage judge (openbook.models.judge): does this passage hold the question's answer?
+
+The questions are the ones the shipped default trained on (``scripts/split_qa_data.py``: NQ-open's training four
+fifths and the first half of WebQuestions' and CuratedTrec's training parts), never a held-out fifth and never the
+rest of the training parts, which ``bench/abstention.py`` keeps as its fresh test set. Each question's top 5
+passages of the demo knowledge base, retrieved by the shipped default, make five pairs labelled by DPR's
+``has_answer`` (CuratedTrec's answers are regexes). NQ's gold passages are in the demo book and the other two
+sets' answers mostly are not, so each set's pairs are weighted to balance its own yes and no: the judge must tell
+a passage that holds the answer from one that does not within each set, not NQ's style of question from theirs.
+
+The judge is the packaged MiniLM with rank-16 LoRA adapters on its attention and feed-forward layers and a linear
+head, trained with AdamW (learning rate 1e-3, 50 warm-up steps, then linear decay) for 2 epochs of 16 pairs, in
+bfloat16 autocast, and written to ``openbook/data/default/judge.safetensors`` (with ``judge.json``). The pairs
+are cached in ``--work``.
+
+Usage:  OMP_NUM_THREADS=2 PYTHONPATH=. python scripts/train_judge.py [--data-dir ../shared/data] [--work DIR]
+        [--out openbook/data/default/judge.safetensors]
+
+Ends with one JSON line (pairs, steps, last loss, seconds).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "bench"))
+from _common import nq_split, print_header, quiet  # noqa: E402
+from abstention import _other_parts, retrieve_all  # noqa: E402
+
+LORA = {"r": 16, "alpha": 32, "dropout": 0.0, "target_modules": ["query", "key", "value", "dense"]}
+
+
+def training_rows(data_dir: Path) -> list[dict]:
+    """The shipped default's training questions, as ``{question, answers, mode, source}``."""
+    nq_train = nq_split(data_dir)[0]
+    used = len(nq_train) // 2
+    (wq, _), (ct, _) = _other_parts(data_dir)
+    return ([{"question": r["question"], "answers": r["answers"], "mode": "dpr", "source": "nq"} for r in nq_train]
+            + [dict(r, source="wq") for r in wq[:used]] + [dict(r, source="ct") for r in ct[:used]])
+
+
+def make_pairs(rows: list[dict], k: int) -> list[dict]:
+    """Each question's top ``k`` passages (the shipped default's retrieval over the demo book), labelled."""
+    from openbook.eval.retrieval import answer_in_passage
+    from openbook.rag import RAG
+
+    passages = retrieve_all(RAG.load(), rows, k)
+    return [{"question": r["question"], "title": title, "text": text, "source": r["source"],
+             "y": int(answer_in_passage(text, r["answers"], r["mode"]))}
+            for r in rows for _, _, title, text in passages[r["question"]]]
+
+
+def balance(pairs: list[dict]) -> dict[tuple[str, int], float]:
+    """Weights giving each set's yes and no pairs equal total weight."""
+    counts = Counter((p["source"], p["y"]) for p in pairs)
+    return {(s, y): (counts[(s, 0)] + counts[(s, 1)]) / (2 * counts[(s, y)]) for s, y in counts}
+
+
+def main(argv=None) -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--data-dir", default=str(REPO.parent / "shared" / "data"))
+    p.add_argument("--work", default=None, help="cache of the pairs (default: $OPENBOOK_CACHE/judge)")
+    p.add_argument("--out", default=str(REPO / "openbook" / "data" / "default" / "judge.safetensors"))
+    p.add_argument("--k", type=int, default=5)
+    p.add_argument("--epochs", type=int, default=2)
+    p.add_argument("--batch-size", type=int, default=16)
+    p.add_argument("--lr", type=float, default=1e-3)
+    p.add_argument("--seed", type=int, default=0)
+    args = p.parse_args(argv)
+    print_header()
+    quiet()
+    import torch
+
+    from openbook.models.adapters import LoraSettings
+    from openbook.models.judge import PassageJudge
+    from openbook.models.loading import cache_dir
+
+    work = Path(args.work) if args.work else cache_dir() / "judge"
+    work.mkdir(parents=True, exist_ok=True)
+    cached = work / f"pairs-k{args.k}.jsonl"
+    if not cached.exists():
+        pairs = make_pairs(training_rows(Path(args.data_dir)), args.k)
+        cached.write_text("".join(json.dumps(pair, ensure_ascii=False) + "\n" for pair in pairs), encoding="utf-8")
+    pairs = [json.loads(line) for line in cached.read_text(encoding="utf-8").splitlines()]
+    weight = balance(pairs)
+    print(f"{len(pairs)} pairs; yes/no per set: "
+          + ", ".join(f"{s} {sum(q['y'] for q in pairs if q['source'] == s)}/"
+                      f"{sum(1 - q['y'] for q in pairs if q['source'] == s)}" for s in ("nq", "wq", "ct")), flush=True)
+    torch.manual_seed(args.seed)
+    judge = PassageJudge.new(LoraSettings.from_dict(LORA))
+    judge.train()
+    params = [t for t in judge.parameters() if t.requires_grad]
+    optimizer = torch.optim.AdamW(params, lr=args.lr, weight_decay=0.0)
+    steps = args.epochs * (len(pairs) // args.batch_size)
+    schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: min(1.0, (s + 1) / 50) * max(0.0, 1 - s / steps))
+    rng, step, start, loss = random.Random(args.seed), 0, time.perf_counter(), None
+    for epoch in range(args.epochs):
+        order = list(range(len(pairs)))
+        rng.shuffle(order)
+        for i in range(0, len(order) - args.batch_size + 1, args.batch_size):
+            batch = [pairs[j] for j in order[i: i + args.batch_size]]
+            with torch.autocast("cpu", dtype=torch.bfloat16):
+                logits = judge([q["question"] for q in batch], [(q["title"], q["text"]) for q in batch])
+            y = torch.tensor([q["y"] for q in batch], dtype=torch.float32)
+            w = torch.tensor([weight[(q["source"], q["y"])] for q in batch])
+            loss = (torch.nn.functional.binary_cross_entropy_with_logits(logits.float(), y, reduction="none") * w).mean()
+            loss.backward()
+            optimizer.step()
+            schedule.step()
+            optimizer.zero_grad()
+            step += 1
+            if step % 50 == 0:
+                print(f"epoch {epoch} step {step}/{steps} loss {loss.item():.3f} "
+                      f"({time.perf_counter() - start:.0f} s)", flush=True)
+    judge.save(args.out)
+    print(f"wrote {args.out}")
+    print(json.dumps({"pairs": len(pairs), "steps": step, "last_loss": round(loss.item(), 4),
+                      "seconds": round(time.perf_counter() - start, 1), "lora": LORA, "epochs": args.epochs}))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,68 @@
+"""The passage judge (openbook/models/judge.py) on a tiny random BERT: it reads question and passage as one input,
+saves only its adapters and head, and loads them folded into the base weights with the same logits."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from openbook.errors import InputError
+from openbook.models.adapters import LoraSettings
+from openbook.models.judge import PassageJudge
+from tiny_encoders import save_bert
+
+LORA = LoraSettings(r=4, alpha=8, dropout=0.0, target_modules=("query", "key", "value", "dense"))
+PASSAGES = [("Paris", "paris is the capital of france ."), ("", "the sun rises ."), ("Hamlet", "a play . " * 80)]
+
+
+@pytest.fixture
+def judge(tmp_path):
+    base = save_bert(tmp_path / "bert")
+    torch.manual_seed(1)
+    judge = PassageJudge.new(LORA, max_length=48, base=base)
+    with torch.no_grad():  # adapters as if trained: B is zero at first, which would make merging trivially exact
+        for name, tensor in judge.named_parameters():
+            if "lora_B" in name:
+                tensor.normal_(std=0.5)
+    return judge.eval(), base
+
+
+def test_only_the_adapters_and_head_train(judge):
+    model, _ = judge
+    trainable = {name for name, t in model.named_parameters() if t.requires_grad}
+    assert trainable and all("lora_" in name or name.startswith("head.") for name in trainable)
+    assert {"head.weight", "head.bias"} <= trainable
+
+
+def test_saved_and_loaded_it_gives_the_same_logits(judge, tmp_path):
+    model, base = judge
+    with torch.no_grad():
+        before = model(["capital of france ?"] * 3, PASSAGES)
+    model.save(tmp_path / "judge.safetensors")
+    data = json.loads((tmp_path / "judge.json").read_text())
+    assert data == {"lora": LORA.to_dict(), "max_length": 48}
+    loaded = PassageJudge.load(tmp_path / "judge.safetensors", base=base)
+    after = loaded.score("capital of france ?", PASSAGES)
+    assert not any(t.requires_grad and "lora_" in n for n, t in loaded.named_parameters())  # folded, no adapters
+    # merging changes only the order of float32 sums of 32-wide products: a few ulps of logits of order 1
+    assert after == pytest.approx(before.tolist(), abs=1e-4)
+    assert len(set(round(x, 4) for x in after)) == 3  # the passages are told apart
+
+
+def test_a_long_passage_is_cut_to_the_input_length(judge):
+    model, _ = judge
+    assert len(model.score("what play ?", [PASSAGES[2]] * 40)) == 40  # more pairs than one batch
+
+
+def test_a_file_that_is_not_a_judge_is_refused(judge, tmp_path):
+    model, base = judge
+    model.save(tmp_path / "judge.safetensors")
+    from openbook.models.weights import read_tensors, write_tensors
+
+    tensors = read_tensors(tmp_path / "judge.safetensors")
+    del tensors["head.bias"]
+    write_tensors(tmp_path / "bad.safetensors", tensors, json.loads((tmp_path / "judge.json").read_text()))
+    with pytest.raises(InputError, match="not a passage judge"):
+        PassageJudge.load(tmp_path / "bad.safetensors", base=base)
