@@ -16,8 +16,10 @@ Two sets of questions the shipped default never trained on:
 
 The features of each answer are :func:`openbook.rag.abstain.abstain_features` (top retrieval score, log p(y|x) per
 token, the p(z|x) of the passages containing the answer, its length in words, the share of the question's content
-words the passages mention). The candidate signals: the top score alone, the log-likelihood alone, run 1's
-``top + w * logprob``, run 3's four features and all five (``combined``). Each is scored on the development set
+words the passages mention, and the passage judge's best logit: ``scripts/train_judge.py`` trains the judge on the
+default's training questions only, none of either set). The candidate signals: the top score alone, the
+log-likelihood alone, the judge alone, run 1's ``top + w * logprob``, run 3's four features, run 5's five
+(``combined-5``) and all six (``combined``). Each is scored on the development set
 by repeated two-fold cross-validation (weights = the direction of a class-balanced logistic regression,
 threshold = the largest keeping ``--keep`` of the fold's answerable); the one abstaining on most held-out-fold
 unanswerable wins, is fitted on the whole development set, and only then is the test set scored: the share of
@@ -53,8 +55,9 @@ from split_qa_data import split  # noqa: E402
 
 # candidate signals: the features each weighs (one alone: the feature itself)
 SIGNALS = {"top_score": ("top_score",), "logprob": ("logprob",), "top+logprob": ("top_score", "logprob"),
-           "combined-4": ("top_score", "logprob", "support", "words"),
-           "combined": ("top_score", "logprob", "support", "words", "coverage")}
+           "judge": ("judge",), "combined-4": ("top_score", "logprob", "support", "words"),
+           "combined-5": ("top_score", "logprob", "support", "words", "coverage"),
+           "combined": ("top_score", "logprob", "support", "words", "coverage", "judge")}
 
 
 def _other_parts(data_dir: Path) -> tuple[tuple[list[dict], list[dict]], tuple[list[dict], list[dict]]]:
@@ -88,8 +91,10 @@ def load_fresh(data_dir: Path, nq_train: int) -> list[dict]:
     return [r for r in wq[used:] + ct[used:] if r["question"] not in seen]
 
 
-def retrieve_all(rag, rows: list[dict], k: int) -> dict[str, list[tuple[float, float, str, str]]]:
-    """question -> its top k as ``(d(z)^T q(x), p(z|x), title, text)``, as `ask` reads them."""
+def retrieve_all(rag, rows: list[dict], k: int, judged: Path | None = None) -> dict[str, list[tuple]]:
+    """question -> its top k as ``(d(z)^T q(x), p(z|x), title, text)``, as `ask` reads them; with ``judged`` (a
+    cache file of the logits, kept per judge), the model's passage-judge logit of each as a fifth item (as `ask`
+    judges them)."""
     out = {}
     for start in range(0, len(rows), 64):
         batch = [r["question"] for r in rows[start: start + 64]]
@@ -97,13 +102,29 @@ def retrieve_all(rag, rows: list[dict], k: int) -> dict[str, list[tuple[float, f
         for question, passages, scores, logprobs in zip(batch, found.passages, found.scores.tolist(),
                                                         found.doc_logprobs.exp().tolist()):
             out[question] = [(s, p, z.title, z.text) for s, p, z in zip(scores, logprobs, passages)]
-    return out
+    judge = rag.passage_judge
+    if judged is None or judge is None:
+        return out
+    from openbook.models.encoders import weights_fingerprint
+
+    cache = judged.with_name(f"{judged.stem}-{weights_fingerprint(judge)[:16]}{judged.suffix}")
+    logits = json.loads(cache.read_text(encoding="utf-8")) if cache.exists() else {}
+    todo = [q for q in out if q not in logits]
+    start_time = time.perf_counter()
+    for i, question in enumerate(todo, 1):
+        logits[question] = judge.score(question, [(title, text) for _, _, title, text in out[question]])
+        if i % 500 == 0 or i == len(todo):
+            print(f"  judged {i}/{len(todo)} questions' passages ({time.perf_counter() - start_time:.0f} s)",
+                  flush=True)
+    if todo:
+        cache.write_text(json.dumps(logits), encoding="utf-8")
+    return {q: [seen + (logit,) for seen, logit in zip(found, logits[q])] for q, found in out.items()}
 
 
 def has_answer(row: dict, passages: list[tuple[float, float, str, str]]) -> bool:
     from openbook.eval.retrieval import answer_in_passage
 
-    return any(answer_in_passage(text, row["answers"], row["mode"]) for _, _, _, text in passages)
+    return any(answer_in_passage(seen[3], row["answers"], row["mode"]) for seen in passages)
 
 
 def right(row: dict, answer: str) -> bool:
@@ -127,7 +148,7 @@ def answer_all(rag, rows: list[dict], cache: Path, k: int, batch_size: int, cach
     with open(cache, "a", encoding="utf-8") as fh:
         for i in range(0, len(todo), batch_size):
             for question, answer in zip(todo[i: i + batch_size], rag.ask(todo[i: i + batch_size], k=k)):
-                seen = [(p.score, p.prob, p.title, p.text) for p in answer.passages]
+                seen = [(p.score, p.prob, p.title, p.text, p.judge) for p in answer.passages]
                 record = {"question": question, "answer": answer.answer, "logprob": answer.logprob,
                           "features": abstain_features(question, answer.answer, seen, answer.logprob)}
                 done[question] = record
@@ -213,6 +234,22 @@ def cross_validate(name: str, answerable: list[dict], unanswerable: list[dict], 
     return share(kept), share(abstained)
 
 
+def auc(higher: list[float], lower: list[float]) -> float:
+    """The chance that a random score of ``higher`` exceeds a random one of ``lower`` (ties count half): how well a
+    signal ranks, whatever its threshold."""
+    ranked = sorted([(v, 1) for v in higher] + [(v, 0) for v in lower])
+    wins, seen_lower, i = 0.0, 0, 0
+    while i < len(ranked):
+        j = i
+        while j < len(ranked) and ranked[j][0] == ranked[i][0]:
+            j += 1
+        tied_lower = sum(1 - label for _, label in ranked[i:j])
+        wins += sum(label for _, label in ranked[i:j]) * (seen_lower + tied_lower / 2)
+        seen_lower += tied_lower
+        i = j
+    return wins / (len(higher) * len(lower)) if higher and lower else float("nan")
+
+
 def share(flags: list[bool]) -> float:
     return sum(flags) / len(flags) if flags else float("nan")
 
@@ -252,7 +289,7 @@ def main(argv=None) -> None:
     today = {p["input"]: p for p in json.loads(Path(args.nq_report).read_text(encoding="utf-8"))["predictions"]}
     nq_right = [r for r in nq if today[r["question"]]["scores"]["exact_match"]]
     rag = RAG.load()  # the shipped default, as `openbook ask` loads it
-    passages = retrieve_all(rag, nq + other + fresh, args.k)
+    passages = retrieve_all(rag, nq + other + fresh, args.k, judged=work / "judged.json")
     in_top_k = {r["question"]: has_answer(r, passages[r["question"]]) for r in other + fresh}
     dev_un = [r for r in other if not in_top_k[r["question"]]]
     dev_found = [r for r in other if in_top_k[r["question"]]]
@@ -309,6 +346,14 @@ def main(argv=None) -> None:
     nq_asked = [r for r in nq if r["question"] in got]
     nq_before = [right(r, got[r["question"]]["answer"]) for r in nq_asked]
     nq_after = [em for em, r in zip(nq_before, nq_asked) if score(feats[r["question"]]) >= threshold]
+    # how well each candidate, fitted on the whole development set, ranks the fresh test set (reported, never used
+    # to choose): the chance that an answer right today scores above an unanswerable question
+    figures["test_auc"] = {}
+    for name in SIGNALS:
+        rank, _ = signal_of(name, dev_a, dev_u)
+        figures["test_auc"][name] = round(auc([rank(f) for f in test_a], [rank(f) for f in test_u]), 4)
+    print("ranking of the fresh test set (AUC, right today above unanswerable; not used to choose): "
+          + ", ".join(f"{name} {value:.3f}" for name, value in figures["test_auc"].items()))
     cv = figures["cross_validation"][chosen]
     figures.update(signal=chosen, weights=weights, threshold=threshold,
                    answered_right=cv["answered_right"], abstain_unanswerable=cv["abstain_unanswerable"],

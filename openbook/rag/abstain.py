@@ -5,8 +5,10 @@ threshold. The score (:func:`abstain_score`) is the signal named by :data:`openb
 chosen and calibrated on data by ``bench/abstention.py`` (docs/results.md, "Abstention"). Its features
 (:func:`abstain_features`) are what one answer already carries: the top retrieval score d(z)^T q(x), the answer's
 log-likelihood per token, how much of p(z|x) lies on passages that contain the answer's words (an answer read
-from the book is in it; a guess mostly is not), the answer's length in words, and how many of the question's
-content words the passages mention (a book that holds the answer usually names what the question asks about).
+from the book is in it; a guess mostly is not), the answer's length in words, how many of the question's
+content words the passages mention (a book that holds the answer usually names what the question asks about), and,
+for a model with a passage judge (:mod:`openbook.models.judge`, shipped with the default), the judge's best logit
+that a passage read holds the answer.
 
 A threshold only means something for the models it was calibrated on, so it travels with the model: the shipped
 default's ``run.json`` holds it (``"abstain": {"signal": ..., "weights": ..., "threshold": ...}``),
@@ -28,11 +30,12 @@ from openbook.errors import InputError
 from openbook.presets import ABSTAIN_SIGNAL, ABSTAIN_WEIGHTS
 
 # what abstain_features returns, in this order
-FEATURES = ("top_score", "logprob", "support", "words", "coverage")
+FEATURES = ("top_score", "logprob", "support", "words", "coverage", "judge")
 _WORD = re.compile(r"\w+")
 
-#: One retrieved passage as the features read it: ``(d(z)^T q(x), p(z|x), title, text)``.
-Seen = tuple[float, float, str, str]
+#: One retrieved passage as the features read it: ``(d(z)^T q(x), p(z|x), title, text)``, and optionally the
+#: passage judge's logit that it holds the answer as a fifth item.
+Seen = tuple[float, float, str, str] | tuple[float, float, str, str, float]
 
 
 def words(text: str) -> list[str]:
@@ -65,18 +68,21 @@ def abstain_features(question: str, answer: str, passages: Sequence[Seen], logpr
     d(z)^T q(x); ``logprob``, log p(y|x) per token (-inf when unknown); ``support``, the p(z|x) of the passages
     whose words contain the answer's words in order; ``words``, the answer's length in words; ``coverage``, the
     share of the question's content words found in a passage's title and text, averaged under p(z|x) (0 for a
-    question of stop words only)."""
+    question of stop words only); ``judge``, the largest passage-judge logit (-inf when the passages were not
+    judged)."""
     said, asked = words(answer), content_words(question)
     support = coverage = 0.0
-    for _, p, title, text in passages:  # each passage's words read once, for both features
+    judged = [seen[4] for seen in passages if len(seen) > 4 and seen[4] is not None]
+    for _, p, title, text, *_ in passages:  # each passage's words read once, for both features
         body = words(text)
         support += p if _contains(body, said) else 0.0
         if asked:
             seen = set(body).union(words(title))
             coverage += p * sum(w in seen for w in asked) / len(asked)
-    return {"top_score": float(max((s for s, _, _, _ in passages), default=-math.inf)),
+    return {"top_score": float(max((seen[0] for seen in passages), default=-math.inf)),
             "logprob": float(logprob) if logprob is not None else -math.inf,
-            "support": float(support), "words": float(len(said)), "coverage": float(coverage)}
+            "support": float(support), "words": float(len(said)), "coverage": float(coverage),
+            "judge": float(max(judged, default=-math.inf))}
 
 
 def combined_score(features: Mapping[str, float], weights: Mapping[str, float]) -> float:
@@ -106,9 +112,10 @@ def check_threshold(value, where: str) -> float:
     return float(value)
 
 
-def run_threshold(spec: dict, where: str) -> float | None:
+def run_threshold(spec: dict, where: str, judged: bool = False) -> float | None:
     """The calibrated threshold of a run's ``run.json`` (``spec``), or None if it holds none or one of another
-    signal or (``"combined"``) other weights."""
+    signal or (``"combined"``) other weights, or if its weights read the judge's logit and the model has no
+    judge (``judged``)."""
     block = spec.get("abstain")
     if block is None:
         return None
@@ -117,4 +124,6 @@ def run_threshold(spec: dict, where: str) -> float | None:
     if block.get("signal") != ABSTAIN_SIGNAL or (
             ABSTAIN_SIGNAL == "combined" and block.get("weights") != ABSTAIN_WEIGHTS):
         return None  # calibrated for a score this code no longer computes
+    if ABSTAIN_SIGNAL == "combined" and ABSTAIN_WEIGHTS.get("judge") and not judged:
+        return None  # the score needs the judge's logits
     return check_threshold(block["threshold"], f"{where}: abstain threshold")

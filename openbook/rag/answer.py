@@ -31,6 +31,7 @@ class RetrievedPassage:
     prob: float  # p_eta(z|x) over the top k
     posterior: float | None = None  # p(z|x,y) given the generated answer
     meta: dict = field(default_factory=dict)  # the passage's metadata (Passage.meta; {} when it has none)
+    judge: float | None = None  # the passage judge's logit that it holds the answer (openbook.models.judge)
 
 
 @dataclass
@@ -51,7 +52,7 @@ class Answer:
 
     def decide_abstention(self, threshold: float | None) -> None:
         """Score this answer for abstention and abstain if the score is below ``threshold`` (None: never)."""
-        passages = [(p.score, p.prob, p.title, p.text) for p in self.passages]
+        passages = [(p.score, p.prob, p.title, p.text, p.judge) for p in self.passages]
         self.abstain_score = abstain_score(self.question, self.answer, passages, self.logprob)
         self.abstain_threshold = threshold
         self.abstained = abstains(self.abstain_score, threshold)

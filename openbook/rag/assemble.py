@@ -24,6 +24,7 @@ from openbook.models.device import resolve_device
 from openbook.models.encoders import Encoder
 from openbook.models.generators import Generator, Seq2SeqGenerator
 from openbook.models.hf_rag import is_hf_rag_checkpoint, load_hf_rag
+from openbook.models.judge import PassageJudge
 from openbook.models.knowledge import build_knowledge_base, demo_knowledge_base, encoder_name  # noqa: F401 (re-exported)
 from openbook.models.loading import GENERATOR_ALIASES
 from openbook.models.precision import TORCH_DTYPES, quantize_int8, resolve_dtype
@@ -246,5 +247,21 @@ def load_run(run_dir: str | Path, kb=None, **overrides):
     if "abstain" in spec and isinstance(model, RAG):  # a threshold holds only for the model it was calibrated on
         as_calibrated = read_run_spec(run_dir)
         if all(spec.get(key) == as_calibrated.get(key) for key in CALIBRATED_WITH):
-            model.abstain_threshold = run_threshold(spec, f"{run_dir}/{RUN_FILE}")
+            model.use_judge(load_judge(run_dir, spec))
+            model.abstain_threshold = run_threshold(spec, f"{run_dir}/{RUN_FILE}", model.passage_judge is not None)
     return model.eval()
+
+
+def load_judge(run_dir: str | Path, spec: dict) -> PassageJudge | None:
+    """The passage judge a run's abstention reads (``"abstain": {"judge": FILE}``, a file in ``run_dir``), or
+    None if it names none."""
+    name = (spec.get("abstain") or {}).get("judge") if isinstance(spec.get("abstain"), dict) else None
+    if name is None:
+        return None
+    if not isinstance(name, str) or Path(name).name != name or name.startswith("."):
+        raise InputError(f"{run_dir}/{RUN_FILE}: the abstain judge must be a file name in the run's folder, "
+                         f"got {name!r}")
+    path = Path(run_dir) / name
+    if not path.is_file():
+        raise InputError(f"{run_dir}/{RUN_FILE}: the abstain judge {name} is not in {run_dir}")
+    return PassageJudge.load(path)

@@ -121,6 +121,13 @@ class RAG(nn.Module):
     #: The abstention threshold calibrated for this model (:mod:`openbook.rag.abstain`): set by
     #: :func:`openbook.rag.assemble.load_run` from the shipped default's run.json; None: never calibrated.
     abstain_threshold: float | None = None
+    #: The passage judge whose logits abstention reads (:mod:`openbook.models.judge`), set by :meth:`use_judge`.
+    passage_judge = None
+
+    def use_judge(self, judge) -> None:
+        """Judge every answer's passages with ``judge`` (None: not at all). It is kept out of the model's
+        submodules, so the model's state dict, parameters and checkpoints stay the RAG model's own."""
+        self.__dict__["passage_judge"] = judge
 
     @classmethod
     def load(cls, model: str | None = None, kb=None, generator: str = "default", encoder: str | None = None,
@@ -242,6 +249,11 @@ class RAG(nn.Module):
             if decoded.docs_read is not None:  # Lazy decoding: an unread passage has no posterior
                 for passage, was_read in zip(answer.passages, decoded.docs_read[b].tolist()):
                     passage.posterior = passage.posterior if was_read else None
+        if self.passage_judge is not None:
+            for answer in answers:
+                logits = self.passage_judge.score(answer.question, [(p.title, p.text) for p in answer.passages])
+                for passage, logit in zip(answer.passages, logits):
+                    passage.judge = logit
         threshold = self.abstain_threshold if abstain_threshold is None else abstain_threshold
         for answer in answers:
             answer.decide_abstention(threshold if abstain else None)

@@ -37,13 +37,15 @@ def test_the_weights_point_to_the_separating_feature(bench):
     """Answerable and unanswerable differ only in log-likelihood: its weight grows large and positive, and
     cross-validation keeps about the share asked for while abstaining on nearly every unanswerable."""
     answerable = [{"top_score": 0.5 + 0.01 * (i % 3), "logprob": -0.2 - 0.01 * i, "support": 0.5,
-                   "words": 2.0, "coverage": 0.5} for i in range(40)]
+                   "words": 2.0, "coverage": 0.5, "judge": 1.0} for i in range(40)]
     unanswerable = [{**f, "logprob": f["logprob"] - 0.8} for f in answerable]
     weights = bench.fit_weights(answerable, unanswerable, bench.SIGNALS["combined"], steps=500)
     assert weights["logprob"] > 1.0
-    assert abs(weights["support"]) + abs(weights["words"]) + abs(weights["coverage"]) < 1e-9
+    assert abs(weights["support"]) + abs(weights["words"]) + abs(weights["coverage"]) + abs(weights["judge"]) < 1e-9
     kept, abstained = bench.cross_validate("combined", answerable, unanswerable, 0.9, rounds=2, seed=0)
     assert kept >= 0.85 and abstained >= 0.95
+    assert bench.auc([2.0, 3.0], [0.0, 1.0]) == 1.0 and bench.auc([0.0], [1.0]) == 0.0
+    assert bench.auc([1.0, 3.0], [1.0, 2.0]) == pytest.approx((0.5 + 0 + 1 + 1) / 4)  # a tie counts half
     flags = [True] * 3 + [False]
     low, high = bench.bootstrap(flags, seed=0, rounds=200)
     assert 0.0 <= low <= bench.share(flags) <= high <= 1.0
@@ -96,3 +98,11 @@ def test_the_fresh_test_set_is_what_the_default_never_trained_on_nor_any_run_rea
     # training parts: indices not divisible by 5; past the first 8 of each: 11..19 less 15 (and the repeats)
     assert questions == [f"w{i}" for i in (11, 12, 13, 14, 16, 17)] + [f"c{i}" for i in (11, 12, 13, 14, 16, 17, 18, 19)]
     assert {r["mode"] for r in fresh if r["question"].startswith("c")} == {"regex"}
+    # the passage judge (scripts/train_judge.py) trains on exactly the default's training questions
+    with pytest.MonkeyPatch.context() as patch:
+        patch.syspath_prepend(str(SPLIT.parent))
+        from train_judge import training_rows
+    rows = training_rows(data)
+    assert {r["question"] for r in rows} == trained and len(rows) == len(trained)
+    assert {r["source"] for r in rows} == {"nq", "wq", "ct"}
+    assert {r["mode"] for r in rows if r["source"] == "ct"} == {"regex"}

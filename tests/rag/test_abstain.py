@@ -10,6 +10,8 @@ import math
 import pytest
 
 from openbook.errors import InputError
+from openbook.models.adapters import LoraSettings
+from openbook.models.judge import PassageJudge
 from openbook.presets import ABSTAIN_SIGNAL, ABSTAIN_WEIGHTS, INTERACTIVE, PAPER
 from openbook.rag.abstain import (
     FEATURES,
@@ -21,6 +23,8 @@ from openbook.rag.abstain import (
     run_threshold,
 )
 from serve_helpers import tiny_rag
+
+JUDGE_LORA = LoraSettings(r=2, alpha=4, dropout=0.0, target_modules=("query", "value"))
 
 QUESTION = "capital of france"
 
@@ -42,8 +46,10 @@ def test_the_features_are_read_from_the_answer_and_its_passages():
     # the question's content words "largest", "city", "switzerland": 1 of 3 in the first passage, all in the
     # second, 2 in the third (its title counts), averaged under p(z|x)
     assert f == pytest.approx({"top_score": 0.7, "logprob": -1.5, "support": 0.375, "words": 2.0,
-                               "coverage": (0.125 * 1 + 0.5 * 3 + 0.375 * 2) / 3})
+                               "coverage": (0.125 * 1 + 0.5 * 3 + 0.375 * 2) / 3, "judge": -math.inf})
     assert tuple(f) == FEATURES
+    judged = [seen + (logit,) for seen, logit in zip(PASSAGES, (-2.0, 1.5, None))]  # a judge's logits; one missing
+    assert abstain_features(ASKED, "zurich, Switzerland", judged, -1.5) == {**f, "judge": 1.5}
     assert abstain_features(ASKED, "Zürich", PASSAGES, None)["support"] == pytest.approx(0.875)
     assert abstain_features(ASKED, "Switzerland Zurich", PASSAGES, -1.0)["support"] == 0.0  # order matters
     empty = abstain_features("", "", [], None)
@@ -68,12 +74,15 @@ CALIBRATED = {"signal": ABSTAIN_SIGNAL, "weights": ABSTAIN_WEIGHTS}
 
 def test_a_runs_threshold_is_read_only_for_its_signal():
     assert run_threshold({}, "run.json") is None
-    assert run_threshold({"abstain": {**CALIBRATED, "threshold": 0.25}}, "run.json") == 0.25
-    assert run_threshold({"abstain": {**CALIBRATED, "signal": "something-else", "threshold": 0.25}}, "run.json") is None
+    assert run_threshold({"abstain": {**CALIBRATED, "threshold": 0.25}}, "run.json", judged=True) == 0.25
+    assert run_threshold({"abstain": {**CALIBRATED, "signal": "something-else", "threshold": 0.25}}, "run.json",
+                         judged=True) is None
     if ABSTAIN_SIGNAL == "combined":  # a threshold for another weighting of the two signals is another signal's
         other = {**CALIBRATED, "weights": {**ABSTAIN_WEIGHTS, "logprob": ABSTAIN_WEIGHTS["logprob"] + 1.0},
                  "threshold": 0.25}
-        assert run_threshold({"abstain": other}, "run.json") is None
+        assert run_threshold({"abstain": other}, "run.json", judged=True) is None
+    if ABSTAIN_WEIGHTS.get("judge"):  # weights that read the judge's logits need a model with the judge
+        assert run_threshold({"abstain": {**CALIBRATED, "threshold": 0.25}}, "run.json", judged=False) is None
     for bad in (CALIBRATED, {**CALIBRATED, "threshold": "high"}, [0.5]):
         with pytest.raises(InputError, match="run.json"):
             run_threshold({"abstain": bad}, "run.json")
@@ -120,19 +129,53 @@ def test_predict_uses_the_paper_preset_and_never_abstains(rag, monkeypatch):
     assert answer.abstained is False
 
 
-def test_a_run_carries_its_threshold_for_its_own_settings_only(tmp_path):
+def test_a_run_carries_its_threshold_for_its_own_settings_only(tmp_path, monkeypatch):
     from openbook.rag.assemble import load_run
+    from tiny_encoders import save_bert
     from tiny_runs import save_tiny_models, train_run
+
+    # the judge's base is the packaged MiniLM; a tiny BERT stands in for it here
+    monkeypatch.setattr("openbook.models.loading.packaged_minilm_path", lambda: save_bert(tmp_path / "bert"))
 
     run = train_run(tmp_path, "run", "rag-sequence", *save_tiny_models(tmp_path))
     assert load_run(run).abstain_threshold is None  # never calibrated
     spec = json.loads((run / "run.json").read_text())
     spec["abstain"] = {**CALIBRATED, "threshold": 0.125, "calibrated_by": "bench/abstention.py"}
     (run / "run.json").write_text(json.dumps(spec))
+    if ABSTAIN_WEIGHTS.get("judge"):  # the weights read the judge's logits: no judge, no threshold
+        assert load_run(run).abstain_threshold is None and load_run(run).passage_judge is None
+    PassageJudge.new(JUDGE_LORA).save(run / "judge.safetensors")
+    spec["abstain"]["judge"] = "judge.safetensors"
+    (run / "run.json").write_text(json.dumps(spec))
+    assert isinstance(load_run(run).passage_judge, PassageJudge)
     assert load_run(run).abstain_threshold == 0.125
     assert load_run(run, k=spec["k"]).abstain_threshold == 0.125  # the same settings, named
     for other in ({"retriever": "bm25"}, {"model": "rag-token"}, {"k": spec["k"] + 1}):
         assert load_run(run, **other).abstain_threshold is None, other
+    for bad in ("../judge.safetensors", "missing.safetensors", 3):
+        spec["abstain"]["judge"] = bad
+        (run / "run.json").write_text(json.dumps(spec))
+        with pytest.raises(InputError, match="abstain judge"):
+            load_run(run)
+
+
+def test_ask_judges_every_passage_and_the_score_reads_it(rag, tmp_path):
+    from tiny_encoders import save_bert
+
+    (plain,) = rag.ask([QUESTION], max_new_tokens=4)
+    assert all(p.judge is None for p in plain.passages)
+    judge = PassageJudge.new(JUDGE_LORA, base=save_bert(tmp_path / "bert")).eval()
+    rag.use_judge(judge)
+    try:
+        (judged,) = rag.ask([QUESTION], max_new_tokens=4)
+    finally:
+        rag.use_judge(None)
+    logits = judge.score(QUESTION, [(p.title, p.text) for p in judged.passages])
+    assert [p.judge for p in judged.passages] == pytest.approx(logits, abs=1e-5)
+    assert "passage_judge" not in dict(rag.named_children())  # not part of the model's weights
+    seen = [(p.score, p.prob, p.title, p.text, p.judge) for p in judged.passages]
+    assert judged.abstain_score == abstain_score(QUESTION, judged.answer, seen, judged.logprob)
+    assert judged.to_dict()["passages"][0]["judge"] == judged.passages[0].judge
 
 
 # -- the real shipped default -----------------------------------------------------------------------------

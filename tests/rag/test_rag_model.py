@@ -74,7 +74,7 @@ def test_ask_returns_answers_with_provenance(parts, model, decoding, num_beams):
         d = a.to_dict()
         assert set(d) == {"question", "answer", "model", "truncated", "abstained", "abstain_score", "abstain_threshold",
                           "passages"}
-        assert set(d["passages"][0]) == {"id", "title", "text", "score", "prob", "meta"}
+        assert set(d["passages"][0]) == {"id", "title", "text", "score", "prob", "meta", "judge"}
         if model == "rag-token":
             assert len(a.token_posteriors) == len(a.tokens)
             one = pytest.approx(1.0, abs=probability_sum_bound(3))  # a softmax over the k passages
