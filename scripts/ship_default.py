@@ -2,8 +2,9 @@
 """Copy a trained LoRA run into the package as the shipped default model (``openbook/data/default``).
 
 Only what answering needs is shipped: ``run.json`` (with machine-specific paths replaced by the recipe's
-names) and ``checkpoint/model.safetensors`` (the adapters; the optimiser and RNG state stay behind). The
-folder is replaced atomically, and a run that is not LoRA, not on the offline default models, or whose
+names) and ``checkpoint/model.safetensors`` (the adapters; the optimiser and RNG state stay behind). The passage
+judge already in ``out`` (``judge.safetensors`` and ``judge.json``, ``scripts/train_judge.py``; it reads the
+frozen retriever's passages, not the generator) is kept. The folder is replaced atomically, and a run that is not LoRA, not on the offline default models, or whose
 weights exceed 25 MB is refused.
 
 Usage: python scripts/ship_default.py runs/default openbook/data/default
@@ -23,6 +24,7 @@ from openbook.atomic import atomic_dir  # noqa: E402
 from openbook.models.weights import WEIGHTS_FILE  # noqa: E402
 
 MAX_BYTES = 25 * 1024 * 1024
+JUDGE_FILES = ("judge.safetensors", "judge.json")
 
 
 def main(run: str, out: str) -> None:
@@ -42,6 +44,9 @@ def main(run: str, out: str) -> None:
     with atomic_dir(Path(out)) as tmp:
         (tmp / "checkpoint").mkdir()
         shutil.copyfile(weights, tmp / "checkpoint" / WEIGHTS_FILE)
+        for name in JUDGE_FILES:
+            if (Path(out) / name).is_file():
+                shutil.copyfile(Path(out) / name, tmp / name)
         (tmp / "run.json").write_text(json.dumps(spec, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
     print(f"{out}: {spec['steps']} steps, {weights.stat().st_size / 1e6:.1f} MB of adapters")
 
