@@ -62,4 +62,5 @@ PRESETS = {preset.name: preset for preset in (INTERACTIVE, PAPER)}
 # shipped default (stored in its run.json), by `PYTHONPATH=. python bench/abstention.py` (docs/results.md,
 # "Abstention").
 ABSTAIN_SIGNAL = "combined"
-ABSTAIN_WEIGHTS = {"top_score": 12.1075, "logprob": 4.0134, "support": 2.0983, "words": -0.2608, "coverage": 0.642}
+ABSTAIN_WEIGHTS = {"top_score": 7.5228, "logprob": 3.9027, "support": 2.6468, "words": -0.1964, "coverage": -1.4239,
+                   "judge": 0.8211}

@@ -87,8 +87,10 @@ def abstain_features(question: str, answer: str, passages: Sequence[Seen], logpr
 
 def combined_score(features: Mapping[str, float], weights: Mapping[str, float]) -> float:
     """The ``"combined"`` signal: a weighted sum of the features (the direction of a class-balanced logistic
-    regression on them, fitted by ``bench/abstention.py``; a zero weight leaves its feature out, even -inf)."""
-    return float(sum(w * features[name] for name, w in weights.items() if w))
+    regression on them, fitted by ``bench/abstention.py``). A zero weight leaves its feature out, and so does an
+    unknown feature (-inf: passages never judged, a log-likelihood not computed), so a model without a judge still
+    gets a finite score to compare with a threshold it is given."""
+    return float(sum(w * features[name] for name, w in weights.items() if w and math.isfinite(features[name])))
 
 
 def abstain_score(question: str, answer: str, passages: Sequence[Seen], logprob: float | None) -> float:
@@ -124,6 +126,7 @@ def run_threshold(spec: dict, where: str, judged: bool = False) -> float | None:
     if block.get("signal") != ABSTAIN_SIGNAL or (
             ABSTAIN_SIGNAL == "combined" and block.get("weights") != ABSTAIN_WEIGHTS):
         return None  # calibrated for a score this code no longer computes
+    threshold = check_threshold(block["threshold"], f"{where}: abstain threshold")
     if ABSTAIN_SIGNAL == "combined" and ABSTAIN_WEIGHTS.get("judge") and not judged:
-        return None  # the score needs the judge's logits
-    return check_threshold(block["threshold"], f"{where}: abstain threshold")
+        return None  # calibrated with the judge's logits, which this model cannot give
+    return threshold

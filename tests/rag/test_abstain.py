@@ -66,6 +66,7 @@ def test_the_score_is_the_chosen_signal():
     assert combined_score(f, {"top_score": 2.0, "logprob": 0.5, "support": 0.25, "words": -0.125}) == pytest.approx(
         1.4 - 0.75 + 0.25 * 0.875 - 0.125)
     assert combined_score({**f, "logprob": -math.inf}, {"top_score": 1.0, "logprob": 0.0}) == 0.7  # left out
+    assert combined_score(f, {"top_score": 1.0, "judge": 2.0}) == 0.7  # never judged: unknown, left out
     assert set(ABSTAIN_WEIGHTS) <= set(FEATURES)
 
 
