@@ -105,9 +105,13 @@ def retrieve_all(rag, rows: list[dict], k: int, judged: Path | None = None) -> d
     judge = rag.passage_judge
     if judged is None or judge is None:
         return out
+    import hashlib
+
     from openbook.models.encoders import weights_fingerprint
 
-    cache = judged.with_name(f"{judged.stem}-{weights_fingerprint(judge)[:16]}{judged.suffix}")
+    path = getattr(judge, "path", None)  # the shipped default's judge is loaded from its file when first used
+    key = hashlib.sha256(path.read_bytes()).hexdigest() if path else weights_fingerprint(judge)
+    cache = judged.with_name(f"{judged.stem}-{key[:16]}{judged.suffix}")
     logits = json.loads(cache.read_text(encoding="utf-8")) if cache.exists() else {}
     todo = [q for q in out if q not in logits]
     start_time = time.perf_counter()

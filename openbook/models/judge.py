@@ -83,6 +83,19 @@ class PassageJudge(torch.nn.Module):
         return out
 
 
+class LazyJudge:
+    """A :class:`PassageJudge` loaded from ``path`` when it first judges, so that a command that only retrieves
+    (``openbook retrieve``, ``/v1/retrieve``) never loads it."""
+
+    def __init__(self, path: str | Path):
+        self.path, self._judge = Path(path), None
+
+    def score(self, question: str, passages: Sequence[tuple[str, str]]) -> list[float]:
+        if self._judge is None:
+            self._judge = PassageJudge.load(self.path)
+        return self._judge.score(question, passages)
+
+
 def _base(base: str | Path | None):
     from transformers import AutoModel, AutoTokenizer
 

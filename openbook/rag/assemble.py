@@ -24,7 +24,7 @@ from openbook.models.device import resolve_device
 from openbook.models.encoders import Encoder
 from openbook.models.generators import Generator, Seq2SeqGenerator
 from openbook.models.hf_rag import is_hf_rag_checkpoint, load_hf_rag
-from openbook.models.judge import PassageJudge
+from openbook.models.judge import LazyJudge
 from openbook.models.knowledge import build_knowledge_base, demo_knowledge_base, encoder_name  # noqa: F401 (re-exported)
 from openbook.models.loading import GENERATOR_ALIASES
 from openbook.models.precision import TORCH_DTYPES, quantize_int8, resolve_dtype
@@ -252,9 +252,9 @@ def load_run(run_dir: str | Path, kb=None, **overrides):
     return model.eval()
 
 
-def load_judge(run_dir: str | Path, spec: dict) -> PassageJudge | None:
-    """The passage judge a run's abstention reads (``"abstain": {"judge": FILE}``, a file in ``run_dir``), or
-    None if it names none."""
+def load_judge(run_dir: str | Path, spec: dict) -> LazyJudge | None:
+    """The passage judge a run's abstention reads (``"abstain": {"judge": FILE}``, a file in ``run_dir``; loaded
+    when it first judges), or None if it names none."""
     name = (spec.get("abstain") or {}).get("judge") if isinstance(spec.get("abstain"), dict) else None
     if name is None:
         return None
@@ -264,4 +264,4 @@ def load_judge(run_dir: str | Path, spec: dict) -> PassageJudge | None:
     path = Path(run_dir) / name
     if not path.is_file():
         raise InputError(f"{run_dir}/{RUN_FILE}: the abstain judge {name} is not in {run_dir}")
-    return PassageJudge.load(path)
+    return LazyJudge(path)

@@ -148,7 +148,9 @@ def test_a_run_carries_its_threshold_for_its_own_settings_only(tmp_path, monkeyp
     PassageJudge.new(JUDGE_LORA).save(run / "judge.safetensors")
     spec["abstain"]["judge"] = "judge.safetensors"
     (run / "run.json").write_text(json.dumps(spec))
-    assert isinstance(load_run(run).passage_judge, PassageJudge)
+    judge = load_run(run).passage_judge
+    assert judge is not None and judge._judge is None  # loaded when it first judges, not for retrieval
+    assert len(judge.score("q", [("t", "paris")])) == 1 and isinstance(judge._judge, PassageJudge)
     assert load_run(run).abstain_threshold == 0.125
     assert load_run(run, k=spec["k"]).abstain_threshold == 0.125  # the same settings, named
     for other in ({"retriever": "bm25"}, {"model": "rag-token"}, {"k": spec["k"] + 1}):
