@@ -4,8 +4,8 @@
 Only what answering needs is shipped: ``run.json`` (with machine-specific paths replaced by the recipe's
 names) and ``checkpoint/model.safetensors`` (the adapters; the optimiser and RNG state stay behind). The passage
 judge already in ``out`` (``judge.safetensors`` and ``judge.json``, ``scripts/train_judge.py``; it reads the
-frozen retriever's passages, not the generator) is kept. The folder is replaced atomically, and a run that is not LoRA, not on the offline default models, or whose
-weights exceed 25 MB is refused.
+frozen retriever's passages, not the generator) is kept. The folder is replaced atomically, and a run that is not
+LoRA, not on the offline default models, or whose weights exceed 25 MB is refused.
 
 Usage: python scripts/ship_default.py runs/default openbook/data/default
 """

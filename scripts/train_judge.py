@@ -1,8 +1,8 @@
 """Train the shipped default's passage judge (openbook.models.judge): does this passage hold the question's answer?
 
 The questions are the ones the shipped default trained on (``scripts/split_qa_data.py``: NQ-open's training four
-fifths and the first half of WebQuestions' and CuratedTrec's training parts), never a held-out fifth and never the
-rest of the training parts, which ``bench/abstention.py`` keeps as its fresh test set. Each question's top 5
+fifths and, of WebQuestions' and CuratedTrec's training parts, the first half as many each), never a held-out fifth
+and never the rest of those training parts, which ``bench/abstention.py`` keeps as its fresh test set. Each question's top 5
 passages of the demo knowledge base, retrieved by the shipped default, make five pairs labelled by DPR's
 ``has_answer`` (CuratedTrec's answers are regexes). NQ's gold passages are in the demo book and the other two
 sets' answers mostly are not, so each set's pairs are weighted to balance its own yes and no: the judge must tell
