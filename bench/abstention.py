@@ -107,19 +107,19 @@ def retrieve_all(rag, rows: list[dict], k: int, judged: Path | None = None) -> d
         return out
     import hashlib
 
-    from openbook.models.encoders import weights_fingerprint
-
-    path = getattr(judge, "path", None)  # the shipped default's judge is loaded from its file when first used
-    key = hashlib.sha256(path.read_bytes()).hexdigest() if path else weights_fingerprint(judge)
-    cache = judged.with_name(f"{judged.stem}-{key[:16]}{judged.suffix}")
+    # the shipped default's judge (loaded from its file when first used) is known by its file's hash
+    cache = judged.with_name(f"{judged.stem}-{hashlib.sha256(judge.path.read_bytes()).hexdigest()[:16]}{judged.suffix}")
     logits = json.loads(cache.read_text(encoding="utf-8")) if cache.exists() else {}
     todo = [q for q in out if q not in logits]
     start_time = time.perf_counter()
-    for i, question in enumerate(todo, 1):
-        logits[question] = judge.score(question, [(title, text) for _, _, title, text in out[question]])
-        if i % 500 == 0 or i == len(todo):
-            print(f"  judged {i}/{len(todo)} questions' passages ({time.perf_counter() - start_time:.0f} s)",
-                  flush=True)
+    for start in range(0, len(todo), 64):
+        batch = todo[start: start + 64]
+        pairs = [(q, (title, text)) for q in batch for _, _, title, text in out[q]]
+        scored = iter(judge.score([q for q, _ in pairs], [p for _, p in pairs]))
+        for q in batch:
+            logits[q] = [next(scored) for _ in out[q]]
+        print(f"  judged {start + len(batch)}/{len(todo)} questions' passages ({time.perf_counter() - start_time:.0f} s)",
+              flush=True)
     if todo:
         cache.write_text(json.dumps(logits), encoding="utf-8")
     return {q: [seen + (logit,) for seen, logit in zip(found, logits[q])] for q, found in out.items()}

@@ -30,8 +30,8 @@ BATCH = 32  # pairs per forward pass when judging
 
 
 class PassageJudge(torch.nn.Module):
-    """``judge(questions, passages)`` -> one logit per (question, passage) pair; :meth:`score` judges one question's
-    passages without gradients."""
+    """``judge(questions, passages)`` -> one logit per (question, passage) pair; :meth:`score` gives them without
+    gradients."""
 
     def __init__(self, model: torch.nn.Module, tokenizer, max_length: int = 256):
         super().__init__()
@@ -74,12 +74,11 @@ class PassageJudge(torch.nn.Module):
         return self.head(hidden.float()).squeeze(-1)
 
     @torch.no_grad()
-    def score(self, question: str, passages: Sequence[tuple[str, str]]) -> list[float]:
-        """The logit of each ``(title, text)`` passage holding the answer to ``question``."""
+    def score(self, questions: Sequence[str], passages: Sequence[tuple[str, str]]) -> list[float]:
+        """The logit of each ``(title, text)`` passage holding the answer to its question, ``BATCH`` pairs a pass."""
         out: list[float] = []
         for start in range(0, len(passages), BATCH):
-            chunk = passages[start: start + BATCH]
-            out += self([question] * len(chunk), chunk).tolist()
+            out += self(questions[start: start + BATCH], passages[start: start + BATCH]).tolist()
         return out
 
 
@@ -90,18 +89,15 @@ class LazyJudge:
     def __init__(self, path: str | Path):
         self.path, self._judge = Path(path), None
 
-    def score(self, question: str, passages: Sequence[tuple[str, str]]) -> list[float]:
+    def score(self, questions: Sequence[str], passages: Sequence[tuple[str, str]]) -> list[float]:
         if self._judge is None:
             self._judge = PassageJudge.load(self.path)
-        return self._judge.score(question, passages)
+        return self._judge.score(questions, passages)
 
 
 def _base(base: str | Path | None):
-    from transformers import AutoModel, AutoTokenizer
+    """The encoder the judge is built on, as ``(model, tokenizer)``: ``base`` or the packaged MiniLM."""
+    from openbook.models.loading import load_encoder
 
-    from openbook.models.loading import packaged_minilm_path, quiet_loading
-
-    source = str(base or packaged_minilm_path())
-    with quiet_loading():
-        model = AutoModel.from_pretrained(source, dtype=torch.float32, trust_remote_code=False)
-        return model, AutoTokenizer.from_pretrained(source, trust_remote_code=False)
+    encoder = load_encoder(str(base) if base else "default")
+    return encoder.model, encoder.tokenizer

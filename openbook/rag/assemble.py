@@ -255,7 +255,8 @@ def load_run(run_dir: str | Path, kb=None, **overrides):
 def load_judge(run_dir: str | Path, spec: dict) -> LazyJudge | None:
     """The passage judge a run's abstention reads (``"abstain": {"judge": FILE}``, a file in ``run_dir``; loaded
     when it first judges), or None if it names none."""
-    name = (spec.get("abstain") or {}).get("judge") if isinstance(spec.get("abstain"), dict) else None
+    block = spec.get("abstain")
+    name = block.get("judge") if isinstance(block, dict) else None
     if name is None:
         return None
     if not isinstance(name, str) or Path(name).name != name or name.startswith("."):

@@ -249,11 +249,11 @@ class RAG(nn.Module):
             if decoded.docs_read is not None:  # Lazy decoding: an unread passage has no posterior
                 for passage, was_read in zip(answer.passages, decoded.docs_read[b].tolist()):
                     passage.posterior = passage.posterior if was_read else None
-        if self.passage_judge is not None:
-            for answer in answers:
-                logits = self.passage_judge.score(answer.question, [(p.title, p.text) for p in answer.passages])
-                for passage, logit in zip(answer.passages, logits):
-                    passage.judge = logit
+        if self.passage_judge is not None:  # every answer's passages, judged in one call
+            read = [(answer.question, p) for answer in answers for p in answer.passages]
+            logits = self.passage_judge.score([q for q, _ in read], [(p.title, p.text) for _, p in read])
+            for (_, passage), logit in zip(read, logits):
+                passage.judge = logit
         threshold = self.abstain_threshold if abstain_threshold is None else abstain_threshold
         for answer in answers:
             answer.decide_abstention(threshold if abstain else None)

@@ -44,7 +44,7 @@ def test_saved_and_loaded_it_gives_the_same_logits(judge, tmp_path):
     data = json.loads((tmp_path / "judge.json").read_text())
     assert data == {"lora": LORA.to_dict(), "max_length": 48}
     loaded = PassageJudge.load(tmp_path / "judge.safetensors", base=base)
-    after = loaded.score("capital of france ?", PASSAGES)
+    after = loaded.score(["capital of france ?"] * 3, PASSAGES)
     assert not any(t.requires_grad and "lora_" in n for n, t in loaded.named_parameters())  # folded, no adapters
     # merging changes only the order of float32 sums of 32-wide products: a few ulps of logits of order 1
     assert after == pytest.approx(before.tolist(), abs=1e-4)
@@ -53,7 +53,7 @@ def test_saved_and_loaded_it_gives_the_same_logits(judge, tmp_path):
 
 def test_a_long_passage_is_cut_to_the_input_length(judge):
     model, _ = judge
-    assert len(model.score("what play ?", [PASSAGES[2]] * 40)) == 40  # more pairs than one batch
+    assert len(model.score(["what play ?"] * 40, [PASSAGES[2]] * 40)) == 40  # more pairs than one batch
 
 
 def test_a_file_that_is_not_a_judge_is_refused(judge, tmp_path):

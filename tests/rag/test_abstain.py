@@ -150,7 +150,7 @@ def test_a_run_carries_its_threshold_for_its_own_settings_only(tmp_path, monkeyp
     (run / "run.json").write_text(json.dumps(spec))
     judge = load_run(run).passage_judge
     assert judge is not None and judge._judge is None  # loaded when it first judges, not for retrieval
-    assert len(judge.score("q", [("t", "paris")])) == 1 and isinstance(judge._judge, PassageJudge)
+    assert len(judge.score(["q"], [("t", "paris")])) == 1 and isinstance(judge._judge, PassageJudge)
     assert load_run(run).abstain_threshold == 0.125
     assert load_run(run, k=spec["k"]).abstain_threshold == 0.125  # the same settings, named
     for other in ({"retriever": "bm25"}, {"model": "rag-token"}, {"k": spec["k"] + 1}):
@@ -173,7 +173,7 @@ def test_ask_judges_every_passage_and_the_score_reads_it(rag, tmp_path):
         (judged,) = rag.ask([QUESTION], max_new_tokens=4)
     finally:
         rag.use_judge(None)
-    logits = judge.score(QUESTION, [(p.title, p.text) for p in judged.passages])
+    logits = judge.score([QUESTION] * len(judged.passages), [(p.title, p.text) for p in judged.passages])
     assert [p.judge for p in judged.passages] == pytest.approx(logits, abs=1e-5)
     assert "passage_judge" not in dict(rag.named_children())  # not part of the model's weights
     seen = [(p.score, p.prob, p.title, p.text, p.judge) for p in judged.passages]
