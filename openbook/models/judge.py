@@ -17,12 +17,14 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
+from types import SimpleNamespace
 
 import torch
 
 from openbook.errors import InputError
 from openbook.models.adapters import LoraSettings, add_lora, merge_lora_tensors
 from openbook.models.encoders import pad_features, pool
+from openbook.models.precision import TORCH_DTYPES
 from openbook.models.weights import read_tensors, write_tensors
 
 HEAD = ("head.weight", "head.bias")
@@ -47,14 +49,18 @@ class PassageJudge(torch.nn.Module):
         return judge
 
     @classmethod
-    def load(cls, path: str | Path, base: str | Path | None = None) -> PassageJudge:
-        """The judge saved at ``path`` by :meth:`save`, its adapters folded into ``base``'s weights."""
+    def load(cls, path: str | Path, base: str | Path | None = None, dtype: str = "float32") -> PassageJudge:
+        """The judge saved at ``path`` by :meth:`save`, its adapters folded into ``base``'s weights, the encoder
+        then cast to ``dtype`` (``"float32"`` or ``"bfloat16"``; the head stays float32)."""
+        if dtype not in TORCH_DTYPES:
+            raise InputError(f"the passage judge runs in {' or '.join(TORCH_DTYPES)}, not {dtype!r}")
         tensors, data = read_tensors(path, with_data=True)
         judge = cls(*_base(base), max_length=int(data.get("max_length", 256)))
         rest = merge_lora_tensors(judge.model, tensors, LoraSettings.from_dict(data["lora"]))
         if set(rest) != set(HEAD):
             raise InputError(f"{path} is not a passage judge: it must hold the adapters and {', '.join(HEAD)}")
         judge.load_state_dict({name: rest[name] for name in HEAD}, strict=False)
+        judge.model.to(TORCH_DTYPES[dtype])
         return judge.eval()
 
     def save(self, path: str | Path) -> None:
@@ -70,8 +76,9 @@ class PassageJudge(torch.nn.Module):
         encoded = self.tokenizer(list(questions), joined, truncation="longest_first", max_length=self.max_length)
         features = [{key: encoded[key][i] for key in encoded} for i in range(len(joined))]
         batch = pad_features(features, self.tokenizer.pad_token_id or 0)
-        hidden = pool(self.model(**batch), batch["attention_mask"], "mean")
-        return self.head(hidden.float()).squeeze(-1)
+        states = self.model(**batch).last_hidden_state.float()  # pooled and judged in float32 whatever the dtype
+        hidden = pool(SimpleNamespace(last_hidden_state=states), batch["attention_mask"], "mean")
+        return self.head(hidden).squeeze(-1)
 
     @torch.no_grad()
     def score(self, questions: Sequence[str], passages: Sequence[tuple[str, str]]) -> list[float]:
@@ -84,14 +91,15 @@ class PassageJudge(torch.nn.Module):
 
 class LazyJudge:
     """A :class:`PassageJudge` loaded from ``path`` when it first judges, so that a command that only retrieves
-    (``openbook retrieve``, ``/v1/retrieve``) never loads it."""
+    (``openbook retrieve``, ``/v1/retrieve``) never loads it. ``dtype`` is the one it will run in (set it before
+    it first judges: abstention thresholds are calibrated on one)."""
 
-    def __init__(self, path: str | Path):
-        self.path, self._judge = Path(path), None
+    def __init__(self, path: str | Path, dtype: str = "float32"):
+        self.path, self.dtype, self._judge = Path(path), dtype, None
 
     def score(self, questions: Sequence[str], passages: Sequence[tuple[str, str]]) -> list[float]:
         if self._judge is None:
-            self._judge = PassageJudge.load(self.path)
+            self._judge = PassageJudge.load(self.path, dtype=self.dtype)
         return self._judge.score(questions, passages)
 
 

@@ -107,7 +107,8 @@ def load_model(model: str | None = None, kb=None, generator: str = "default", en
     ``dtype`` (``float32``, ``bfloat16``, ``int8``, which is lossy (:mod:`~openbook.models.precision`), or
     ``auto``: bfloat16 where the CPU computes it natively, else float32) is the generator's: its weights are
     cast, or quantised (:func:`~openbook.models.precision.quantize_int8`), after loading and after a run's
-    adapters are merged into them; the query encoder, and so retrieval, stays float32.
+    adapters are merged into them; the query encoder, and so retrieval, stays float32. The passage judge of a
+    run's abstention runs in bfloat16 when the generator does, else in float32.
 
     ``device`` (``cpu``, ``cuda``, a ``torch.device``, or ``auto``: CUDA where available) is where the model
     runs: the generator, the query encoder and the learned score scale move there after loading; the
@@ -119,6 +120,8 @@ def load_model(model: str | None = None, kb=None, generator: str = "default", en
         quantize_int8(built.generator.model)
     elif dtype != "float32":
         built.generator.model.to(TORCH_DTYPES[dtype])
+    if getattr(built, "passage_judge", None) is not None:  # bfloat16 with the generator, else float32 (never int8)
+        built.passage_judge.dtype = "bfloat16" if dtype == "bfloat16" else "float32"
     return built.to(device)
 
 

@@ -66,3 +66,17 @@ def test_a_file_that_is_not_a_judge_is_refused(judge, tmp_path):
     write_tensors(tmp_path / "bad.safetensors", tensors, json.loads((tmp_path / "judge.json").read_text()))
     with pytest.raises(InputError, match="not a passage judge"):
         PassageJudge.load(tmp_path / "bad.safetensors", base=base)
+
+
+def test_it_loads_in_bfloat16_with_close_logits(judge, tmp_path):
+    model, base = judge
+    model.save(tmp_path / "judge.safetensors")
+    full = PassageJudge.load(tmp_path / "judge.safetensors", base=base)
+    half = PassageJudge.load(tmp_path / "judge.safetensors", base=base, dtype="bfloat16")
+    assert next(half.model.parameters()).dtype == torch.bfloat16 and half.head.weight.dtype == torch.float32
+    a, b = (j.score(["capital of france ?"] * 3, PASSAGES) for j in (full, half))
+    # bfloat16 keeps 8 significant bits (a relative error of 2**-9 a rounding) through two small layers, pooled
+    # and judged in float32: logits of order 1 within a few hundredths; a tenth is far from both
+    assert b == pytest.approx(a, abs=0.1)
+    with pytest.raises(InputError, match="float32 or bfloat16"):
+        PassageJudge.load(tmp_path / "judge.safetensors", base=base, dtype="int8")

@@ -153,6 +153,10 @@ def test_a_run_carries_its_threshold_for_its_own_settings_only(tmp_path, monkeyp
     assert len(judge.score(["q"], [("t", "paris")])) == 1 and isinstance(judge._judge, PassageJudge)
     assert load_run(run).abstain_threshold == 0.125
     assert load_run(run, k=spec["k"]).abstain_threshold == 0.125  # the same settings, named
+    from openbook.rag.assemble import load_model
+
+    for dtype in ("bfloat16", "float32"):  # the judge runs in bfloat16 only with a bfloat16 generator
+        assert load_model(run=run, dtype=dtype).passage_judge.dtype == dtype
     for other in ({"retriever": "bm25"}, {"model": "rag-token"}, {"k": spec["k"] + 1}):
         assert load_run(run, **other).abstain_threshold is None, other
     for bad in ("../judge.safetensors", "missing.safetensors", 3):
