@@ -8,7 +8,8 @@ log-likelihood per token, how much of p(z|x) lies on passages that contain the a
 from the book is in it; a guess mostly is not), the answer's length in words, how many of the question's
 content words the passages mention (a book that holds the answer usually names what the question asks about), and,
 for a model with a passage judge (:mod:`openbook.models.judge`, shipped with the default), the judge's best logit
-that a passage read holds the answer.
+that a passage read holds the answer, and its best logit among the passages the answer was found in (an answer
+copied from a passage the judge doubts is a weak one).
 
 A threshold only means something for the models it was calibrated on, so it travels with the model: the shipped
 default's ``run.json`` holds it (``"abstain": {"signal": ..., "weights": ..., "threshold": ...}``),
@@ -30,7 +31,9 @@ from openbook.errors import InputError
 from openbook.presets import ABSTAIN_SIGNAL, ABSTAIN_WEIGHTS
 
 # what abstain_features returns, in this order
-FEATURES = ("top_score", "logprob", "support", "words", "coverage", "judge")
+FEATURES = ("top_score", "logprob", "support", "words", "coverage", "judge", "judge_answer")
+# the features that need the passage judge's logits
+JUDGED = ("judge", "judge_answer")
 _WORD = re.compile(r"\w+")
 
 #: One retrieved passage as the features read it: ``(d(z)^T q(x), p(z|x), title, text)``, and optionally the
@@ -68,21 +71,26 @@ def abstain_features(question: str, answer: str, passages: Sequence[Seen], logpr
     d(z)^T q(x); ``logprob``, log p(y|x) per token (-inf when unknown); ``support``, the p(z|x) of the passages
     whose words contain the answer's words in order; ``words``, the answer's length in words; ``coverage``, the
     share of the question's content words found in a passage's title and text, averaged under p(z|x) (0 for a
-    question of stop words only); ``judge``, the largest passage-judge logit (-inf when the passages were not
-    judged)."""
+    question of stop words only); ``judge``, the largest passage-judge logit; ``judge_answer``, the largest
+    passage-judge logit of the passages that contain the answer's words, the smallest of all if none does (both
+    -inf when the passages were not judged)."""
     said, asked = words(answer), content_words(question)
     support = coverage = 0.0
     judged = [seen[4] for seen in passages if len(seen) > 4 and seen[4] is not None]
-    for _, p, title, text, *_ in passages:  # each passage's words read once, for both features
+    found: list[float] = []  # the judge's logits of the passages that contain the answer
+    for _, p, title, text, *rest in passages:  # each passage's words read once, for every feature
         body = words(text)
-        support += p if _contains(body, said) else 0.0
+        if _contains(body, said):
+            support += p
+            found += [rest[0]] if rest and rest[0] is not None else []
         if asked:
             seen = set(body).union(words(title))
             coverage += p * sum(w in seen for w in asked) / len(asked)
     return {"top_score": float(max((seen[0] for seen in passages), default=-math.inf)),
             "logprob": float(logprob) if logprob is not None else -math.inf,
             "support": float(support), "words": float(len(said)), "coverage": float(coverage),
-            "judge": float(max(judged, default=-math.inf))}
+            "judge": float(max(judged, default=-math.inf)),
+            "judge_answer": float(max(found) if found else min(judged, default=-math.inf))}
 
 
 def combined_score(features: Mapping[str, float], weights: Mapping[str, float]) -> float:
@@ -127,6 +135,6 @@ def run_threshold(spec: dict, where: str, judged: bool = False) -> float | None:
             ABSTAIN_SIGNAL == "combined" and block.get("weights") != ABSTAIN_WEIGHTS):
         return None  # calibrated for a score this code no longer computes
     threshold = check_threshold(block["threshold"], f"{where}: abstain threshold")
-    if ABSTAIN_SIGNAL == "combined" and ABSTAIN_WEIGHTS.get("judge") and not judged:
+    if ABSTAIN_SIGNAL == "combined" and any(ABSTAIN_WEIGHTS.get(name) for name in JUDGED) and not judged:
         return None  # calibrated with the judge's logits, which this model cannot give
     return threshold

@@ -15,6 +15,7 @@ from openbook.models.judge import PassageJudge
 from openbook.presets import ABSTAIN_SIGNAL, ABSTAIN_WEIGHTS, INTERACTIVE, PAPER
 from openbook.rag.abstain import (
     FEATURES,
+    JUDGED,
     abstain_features,
     abstain_score,
     abstains,
@@ -46,10 +47,16 @@ def test_the_features_are_read_from_the_answer_and_its_passages():
     # the question's content words "largest", "city", "switzerland": 1 of 3 in the first passage, all in the
     # second, 2 in the third (its title counts), averaged under p(z|x)
     assert f == pytest.approx({"top_score": 0.7, "logprob": -1.5, "support": 0.375, "words": 2.0,
-                               "coverage": (0.125 * 1 + 0.5 * 3 + 0.375 * 2) / 3, "judge": -math.inf})
+                               "coverage": (0.125 * 1 + 0.5 * 3 + 0.375 * 2) / 3, "judge": -math.inf,
+                               "judge_answer": -math.inf})
     assert tuple(f) == FEATURES
     judged = [seen + (logit,) for seen, logit in zip(PASSAGES, (-2.0, 1.5, None))]  # a judge's logits; one missing
-    assert abstain_features(ASKED, "zurich, Switzerland", judged, -1.5) == {**f, "judge": 1.5}
+    # judge_answer: the best logit of the passages holding the answer; the third holds it but was not judged, so
+    # none judged does: the smallest logit
+    assert abstain_features(ASKED, "zurich, Switzerland", judged, -1.5) == {**f, "judge": 1.5, "judge_answer": -2.0}
+    judged[2] = PASSAGES[2] + (-0.5,)
+    assert abstain_features(ASKED, "zurich, Switzerland", judged, -1.5)["judge_answer"] == -0.5
+    assert abstain_features(ASKED, "Zürich", judged, -1.5)["judge_answer"] == 1.5  # in the second and the third
     assert abstain_features(ASKED, "Zürich", PASSAGES, None)["support"] == pytest.approx(0.875)
     assert abstain_features(ASKED, "Switzerland Zurich", PASSAGES, -1.0)["support"] == 0.0  # order matters
     empty = abstain_features("", "", [], None)
@@ -82,7 +89,7 @@ def test_a_runs_threshold_is_read_only_for_its_signal():
         other = {**CALIBRATED, "weights": {**ABSTAIN_WEIGHTS, "logprob": ABSTAIN_WEIGHTS["logprob"] + 1.0},
                  "threshold": 0.25}
         assert run_threshold({"abstain": other}, "run.json", judged=True) is None
-    if ABSTAIN_WEIGHTS.get("judge"):  # weights that read the judge's logits need a model with the judge
+    if any(ABSTAIN_WEIGHTS.get(name) for name in JUDGED):  # weights that read the judge need a model with one
         assert run_threshold({"abstain": {**CALIBRATED, "threshold": 0.25}}, "run.json", judged=False) is None
     for bad in (CALIBRATED, {**CALIBRATED, "threshold": "high"}, [0.5]):
         with pytest.raises(InputError, match="run.json"):
@@ -143,7 +150,7 @@ def test_a_run_carries_its_threshold_for_its_own_settings_only(tmp_path, monkeyp
     spec = json.loads((run / "run.json").read_text())
     spec["abstain"] = {**CALIBRATED, "threshold": 0.125, "calibrated_by": "bench/abstention.py"}
     (run / "run.json").write_text(json.dumps(spec))
-    if ABSTAIN_WEIGHTS.get("judge"):  # the weights read the judge's logits: no judge, no threshold
+    if any(ABSTAIN_WEIGHTS.get(name) for name in JUDGED):  # the weights read the judge: no judge, no threshold
         assert load_run(run).abstain_threshold is None and load_run(run).passage_judge is None
     PassageJudge.new(JUDGE_LORA).save(run / "judge.safetensors")
     spec["abstain"]["judge"] = "judge.safetensors"
