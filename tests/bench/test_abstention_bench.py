@@ -37,15 +37,19 @@ def test_the_weights_point_to_the_separating_feature(bench):
     """Answerable and unanswerable differ only in log-likelihood: its weight grows large and positive, and
     cross-validation keeps about the share asked for while abstaining on nearly every unanswerable."""
     answerable = [{"top_score": 0.5 + 0.01 * (i % 3), "logprob": -0.2 - 0.01 * i, "support": 0.5,
-                   "words": 2.0, "coverage": 0.5, "judge": 1.0} for i in range(40)]
+                   "words": 2.0, "coverage": 0.5, "judge": 1.0, "judge_answer": 0.5} for i in range(40)]
     unanswerable = [{**f, "logprob": f["logprob"] - 0.8} for f in answerable]
     weights = bench.fit_weights(answerable, unanswerable, bench.SIGNALS["combined"], steps=500)
     assert weights["logprob"] > 1.0
-    assert abs(weights["support"]) + abs(weights["words"]) + abs(weights["coverage"]) + abs(weights["judge"]) < 1e-9
+    assert sum(abs(weights[name]) for name in ("support", "words", "coverage", "judge", "judge_answer")) < 1e-9
     kept, abstained = bench.cross_validate("combined", answerable, unanswerable, 0.9, rounds=2, seed=0)
     assert kept >= 0.85 and abstained >= 0.95
     assert bench.auc([2.0, 3.0], [0.0, 1.0]) == 1.0 and bench.auc([0.0], [1.0]) == 0.0
     assert bench.auc([1.0, 3.0], [1.0, 2.0]) == pytest.approx((0.5 + 0 + 1 + 1) / 4)  # a tie counts half
+    # the curve at the targets: answering 95% of 1..20 allows a threshold of 2, below which 2 of 0.5..9.5 lie;
+    # abstaining on 70% of those (7 of 10, up to 6.5) answers the 14 of 20 above 6.5
+    points = bench.curve_points([float(v) for v in range(1, 21)], [v + 0.5 for v in range(10)])
+    assert points == {"abstain_unanswerable_at_95_answered": 0.2, "answered_right_at_70_abstained": 0.7}
     flags = [True] * 3 + [False]
     low, high = bench.bootstrap(flags, seed=0, rounds=200)
     assert 0.0 <= low <= bench.share(flags) <= high <= 1.0
