@@ -62,5 +62,5 @@ PRESETS = {preset.name: preset for preset in (INTERACTIVE, PAPER)}
 # shipped default (stored in its run.json), by `PYTHONPATH=. python bench/abstention.py` (docs/results.md,
 # "Abstention").
 ABSTAIN_SIGNAL = "combined"
-ABSTAIN_WEIGHTS = {"top_score": 7.5228, "logprob": 3.9027, "support": 2.6468, "words": -0.1964, "coverage": -1.4239,
-                   "judge": 0.8211}
+ABSTAIN_WEIGHTS = {"top_score": 7.4439, "logprob": 2.3228, "support": 0.7207, "words": -0.1533, "coverage": -1.165,
+                   "judge": 0.0568, "judge_answer": 0.5544}
