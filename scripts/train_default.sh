@@ -15,7 +15,9 @@
 #                                         # 2015 Wikipedia of issue 32) on the training questions answerable there;
 #                                         # not shipped: compare it with the default first (docs/models/default.md)
 #   KB=DIR scripts/train_default.sh open-book-init  # the same over DIR, starting from the shipped default's adapters
-#                                         # (--init default) at a third of the learning rate, STEPS default 100
+#                                         # (--init default) at a third of the learning rate, STEPS default 100;
+#                                         # LR_GENERATOR (default 3e-4) and OUT (default runs/default-open-book-init)
+#                                         # vary it
 #   KB=DIR scripts/train_default.sh open-book-learned  # open-book-init with q(x) trained too
 #
 # DATA points at ../shared/data; STEPS (default 250, 100 for open-book-init and open-book-learned) is the number of
@@ -70,10 +72,11 @@ case "${1:-rag}" in
         --out runs/default-open-book $resume \
         2> >(tee runs/default-open-book.time >&2) ;;
   open-book-init)
-    resume=$([ -f runs/default-open-book-init/checkpoint/state.json ] && echo --resume || true)
-    /usr/bin/time -v $OB train --model rag-sequence $DATA_AND_SCHEDULE --lr-generator 3e-4 --lora-dropout 0 \
-        --freeze-retriever --init default --batch-size 1 --grad-accumulation 4 --kb "$KB" \
-        --out runs/default-open-book-init $resume 2> >(tee runs/default-open-book-init.time >&2) ;;
+    out=${OUT:-runs/default-open-book-init}
+    resume=$([ -f "$out/checkpoint/state.json" ] && echo --resume || true)
+    /usr/bin/time -v $OB train --model rag-sequence $DATA_AND_SCHEDULE --lr-generator "${LR_GENERATOR:-3e-4}" \
+        --lora-dropout 0 --freeze-retriever --init default --batch-size 1 --grad-accumulation 4 --kb "$KB" \
+        --out "$out" $resume 2> >(tee "$out.time" >&2) ;;
   open-book-learned)
     # open-book-init with q(x) learned too (the paper's end-to-end retriever; the document encoder and the book's
     # index stay frozen), at a learning rate ten times "learned"'s for so short a run
