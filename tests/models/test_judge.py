@@ -75,8 +75,9 @@ def test_it_loads_in_bfloat16_with_close_logits(judge, tmp_path):
     half = PassageJudge.load(tmp_path / "judge.safetensors", base=base, dtype="bfloat16")
     assert next(half.model.parameters()).dtype == torch.bfloat16 and half.head.weight.dtype == torch.float32
     a, b = (j.score(["capital of france ?"] * 3, PASSAGES) for j in (full, half))
-    # bfloat16 keeps 8 significant bits (a relative error of 2**-9 a rounding) through two small layers, pooled
-    # and judged in float32: logits of order 1 within a few hundredths; a tenth is far from both
-    assert b == pytest.approx(a, abs=0.1)
+    # bfloat16 keeps 8 significant bits (a relative error of up to 2**-9 a rounding); a few roundings through two
+    # layers of width 32 leave hidden states of order 1 off by about 1%, which the float32 head (weights of order
+    # 1/sqrt(32) over 32 inputs) turns into about 0.01 of logit: 0.02 allows twice that
+    assert b == pytest.approx(a, abs=0.02)
     with pytest.raises(InputError, match="float32 or bfloat16"):
         PassageJudge.load(tmp_path / "judge.safetensors", base=base, dtype="int8")
