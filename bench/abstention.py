@@ -63,7 +63,7 @@ SIGNALS = {"top_score": ("top_score",), "logprob": ("logprob",), "top+logprob": 
            "combined": ("top_score", "logprob", "support", "words", "coverage", "judge", "judge_answer")}
 
 
-def _other_parts(data_dir: Path) -> tuple[tuple[list[dict], list[dict]], tuple[list[dict], list[dict]]]:
+def other_parts(data_dir: Path) -> tuple[tuple[list[dict], list[dict]], tuple[list[dict], list[dict]]]:
     """WebQuestions' and CuratedTrec's (training part, held-out fifth), each as ``{question, answers, mode}`` in
     ``scripts/split_qa_data.py``'s order."""
     from openbook.eval.tasks.qa import CuratedTrecTask, WebQuestionsTask
@@ -79,7 +79,7 @@ def _other_parts(data_dir: Path) -> tuple[tuple[list[dict], list[dict]], tuple[l
 def load_sets(data_dir: Path) -> tuple[list[dict], list[dict]]:
     """(the NQ held-out fifth, the WebQuestions + CuratedTrec held-out fifths), as ``{question, answers, mode}``."""
     nq = [{"question": r["question"], "answers": r["answers"], "mode": "dpr"} for r in nq_split(data_dir)[1]]
-    (_, wq), (_, ct) = _other_parts(data_dir)
+    (_, wq), (_, ct) = other_parts(data_dir)
     return nq, wq + ct
 
 
@@ -89,7 +89,7 @@ def load_fresh(data_dir: Path, nq_train: int) -> list[dict]:
     mode}``: a test set no calibration has seen. A question whose text is also a trained or a held-out one (the
     sets repeat a few) is left out."""
     used = nq_train // 2
-    (wq, wq_held), (ct, ct_held) = _other_parts(data_dir)
+    (wq, wq_held), (ct, ct_held) = other_parts(data_dir)
     seen = {r["question"] for r in nq_split(data_dir)[1] + wq_held + ct_held + wq[:used] + ct[:used]}
     return [r for r in wq[used:] + ct[used:] if r["question"] not in seen]
 

@@ -33,7 +33,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "bench"))
 from _common import nq_split, print_header, quiet  # noqa: E402
-from abstention import _other_parts, retrieve_all  # noqa: E402
+from abstention import other_parts, retrieve_all  # noqa: E402
 
 LORA = {"r": 16, "alpha": 32, "dropout": 0.0, "target_modules": ["query", "key", "value", "dense"]}
 
@@ -42,7 +42,7 @@ def training_rows(data_dir: Path) -> list[dict]:
     """The shipped default's training questions, as ``{question, answers, mode, source}``."""
     nq_train = nq_split(data_dir)[0]
     used = len(nq_train) // 2
-    (wq, _), (ct, _) = _other_parts(data_dir)
+    (wq, _), (ct, _) = other_parts(data_dir)
     return ([{"question": r["question"], "answers": r["answers"], "mode": "dpr", "source": "nq"} for r in nq_train]
             + [dict(r, source="wq") for r in wq[:used]] + [dict(r, source="ct") for r in ct[:used]])
 
