@@ -1,5 +1,6 @@
 """A passage judge: a cross-encoder that reads a question and one passage together and scores whether the passage
-holds the question's answer (a logit; above 0 means yes).
+holds the question's answer (a logit; above 0 means yes). A judge that reads the answer too (``reads_answer``)
+scores whether the passage gives *this* answer to the question.
 
 Retrieval scores a question and a passage apart, d(z)^T q(x); the judge reads them as one input, the way
 rerankers do, so it sees whether the passage names what the question asks about. Abstention
@@ -7,9 +8,10 @@ rerankers do, so it sees whether the passage names what the question asks about.
 
 It is the retriever's own encoder (the packaged all-MiniLM-L6-v2) with LoRA adapters on its linear layers and one
 linear head on the mean of its last hidden states, trained by ``scripts/train_judge.py`` on the training part of
-the default's questions (label: the passage contains an answer, DPR's ``has_answer``). The adapters and the head
+the default's questions (label: the passage contains an answer, DPR's ``has_answer``; for a judge that reads the
+answer, the answer is a gold answer the passage holds or a wrong one, see the script). The adapters and the head
 ship as one safetensors file with a JSON file beside it (:func:`openbook.models.weights.write_tensors`) naming the
-LoRA settings and the input length; loading folds the adapters into the encoder's weights
+LoRA settings, the input length and whether it reads the answer; loading folds the adapters into the encoder's weights
 (:func:`openbook.models.adapters.merge_lora_tensors`), so judging costs what the plain encoder costs.
 """
 
@@ -29,21 +31,24 @@ from openbook.models.weights import read_tensors, write_tensors
 
 HEAD = ("head.weight", "head.bias")
 BATCH = 32  # pairs per forward pass when judging
+ANSWER_CUE = "answer:"  # between the question and the answer, for a judge that reads the answer
 
 
 class PassageJudge(torch.nn.Module):
-    """``judge(questions, passages)`` -> one logit per (question, passage) pair; :meth:`score` gives them without
-    gradients."""
+    """``judge(questions, passages, answers)`` -> one logit per (question, passage) pair; :meth:`score` gives them
+    without gradients. ``answers`` are read only by a judge that ``reads_answer``."""
 
-    def __init__(self, model: torch.nn.Module, tokenizer, max_length: int = 256):
+    def __init__(self, model: torch.nn.Module, tokenizer, max_length: int = 256, reads_answer: bool = False):
         super().__init__()
         self.model, self.tokenizer, self.max_length = model, tokenizer, int(max_length)
+        self.reads_answer = bool(reads_answer)
         self.head = torch.nn.Linear(model.config.hidden_size, 1)
 
     @classmethod
-    def new(cls, lora: LoraSettings, max_length: int = 256, base: str | Path | None = None) -> PassageJudge:
+    def new(cls, lora: LoraSettings, max_length: int = 256, base: str | Path | None = None,
+            reads_answer: bool = False) -> PassageJudge:
         """An untrained judge on ``base`` (default: the packaged MiniLM) with LoRA adapters to train."""
-        judge = cls(*_base(base), max_length=max_length)
+        judge = cls(*_base(base), max_length=max_length, reads_answer=reads_answer)
         add_lora(judge.model, lora)
         judge.lora = lora
         return judge
@@ -55,7 +60,10 @@ class PassageJudge(torch.nn.Module):
         if dtype not in TORCH_DTYPES:
             raise InputError(f"the passage judge runs in {' or '.join(TORCH_DTYPES)}, not {dtype!r}")
         tensors, data = read_tensors(path, with_data=True)
-        judge = cls(*_base(base), max_length=int(data.get("max_length", 256)))
+        reads_answer = data.get("reads_answer", False)
+        if not isinstance(reads_answer, bool):
+            raise InputError(f"{path}: 'reads_answer' must be true or false, got {reads_answer!r}")
+        judge = cls(*_base(base), max_length=int(data.get("max_length", 256)), reads_answer=reads_answer)
         rest = merge_lora_tensors(judge.model, tensors, LoraSettings.from_dict(data["lora"]))
         if set(rest) != set(HEAD):
             raise InputError(f"{path} is not a passage judge: it must hold the adapters and {', '.join(HEAD)}")
@@ -67,13 +75,21 @@ class PassageJudge(torch.nn.Module):
         """The adapters and the head to ``path`` (safetensors) and their settings to ``path`` with ``.json``."""
         tensors = {name: t for name, t in self.state_dict().items() if "lora_" in name or name in HEAD}
         tensors = {name.removeprefix("model."): t for name, t in tensors.items()}
-        write_tensors(path, tensors, {"lora": self.lora.to_dict(), "max_length": self.max_length})
+        write_tensors(path, tensors, {"lora": self.lora.to_dict(), "max_length": self.max_length,
+                                      "reads_answer": self.reads_answer})
 
-    def forward(self, questions: Sequence[str], passages: Sequence[tuple[str, str]]) -> torch.Tensor:
+    def forward(self, questions: Sequence[str], passages: Sequence[tuple[str, str]],
+                answers: Sequence[str] | None = None) -> torch.Tensor:
         """Logits ``(n,)`` of the n pairs ``questions[i]`` and ``passages[i] = (title, text)``, read as "question
-        [SEP] title. text" (the passage cut to fit ``max_length`` tokens)."""
+        [SEP] title. text", or "question answer: answers[i] [SEP] title. text" by a judge that reads the answer
+        (the passage cut to fit ``max_length`` tokens)."""
         joined = [f"{title}. {text}" if title.strip() else text for title, text in passages]
-        encoded = self.tokenizer(list(questions), joined, truncation="longest_first", max_length=self.max_length)
+        firsts = list(questions)
+        if self.reads_answer:
+            if answers is None or len(answers) != len(firsts):
+                raise InputError("this passage judge reads the answer: give one answer per question")
+            firsts = [f"{q} {ANSWER_CUE} {a}" for q, a in zip(firsts, answers)]
+        encoded = self.tokenizer(firsts, joined, truncation="longest_first", max_length=self.max_length)
         features = [{key: encoded[key][i] for key in encoded} for i in range(len(joined))]
         batch = pad_features(features, self.tokenizer.pad_token_id or 0)
         states = self.model(**batch).last_hidden_state.float()  # pooled and judged in float32 whatever the dtype
@@ -81,11 +97,14 @@ class PassageJudge(torch.nn.Module):
         return self.head(hidden).squeeze(-1)
 
     @torch.no_grad()
-    def score(self, questions: Sequence[str], passages: Sequence[tuple[str, str]]) -> list[float]:
-        """The logit of each ``(title, text)`` passage holding the answer to its question, ``BATCH`` pairs a pass."""
+    def score(self, questions: Sequence[str], passages: Sequence[tuple[str, str]],
+              answers: Sequence[str] | None = None) -> list[float]:
+        """The logit of each ``(title, text)`` passage holding the answer to its question (the given answer, for a
+        judge that reads it), ``BATCH`` pairs a pass."""
         out: list[float] = []
         for start in range(0, len(passages), BATCH):
-            out += self(questions[start: start + BATCH], passages[start: start + BATCH]).tolist()
+            part = None if answers is None or not self.reads_answer else answers[start: start + BATCH]
+            out += self(questions[start: start + BATCH], passages[start: start + BATCH], part).tolist()
         return out
 
 
@@ -97,10 +116,11 @@ class LazyJudge:
     def __init__(self, path: str | Path, dtype: str = "float32"):
         self.path, self.dtype, self._judge = Path(path), dtype, None
 
-    def score(self, questions: Sequence[str], passages: Sequence[tuple[str, str]]) -> list[float]:
+    def score(self, questions: Sequence[str], passages: Sequence[tuple[str, str]],
+              answers: Sequence[str] | None = None) -> list[float]:
         if self._judge is None:
             self._judge = PassageJudge.load(self.path, dtype=self.dtype)
-        return self._judge.score(questions, passages)
+        return self._judge.score(questions, passages, answers)
 
 
 def _base(base: str | Path | None):

@@ -250,8 +250,9 @@ class RAG(nn.Module):
                 for passage, was_read in zip(answer.passages, decoded.docs_read[b].tolist()):
                     passage.posterior = passage.posterior if was_read else None
         if self.passage_judge is not None:  # every answer's passages, judged in one call
-            read = [(answer.question, p) for answer in answers for p in answer.passages]
-            logits = self.passage_judge.score([q for q, _ in read], [(p.title, p.text) for _, p in read])
+            read = [(answer, p) for answer in answers for p in answer.passages]
+            logits = self.passage_judge.score([a.question for a, _ in read], [(p.title, p.text) for _, p in read],
+                                              [a.answer for a, _ in read])  # read only by a judge that reads answers
             for (_, passage), logit in zip(read, logits):
                 passage.judge = logit
         threshold = self.abstain_threshold if abstain_threshold is None else abstain_threshold

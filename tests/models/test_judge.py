@@ -42,7 +42,7 @@ def test_saved_and_loaded_it_gives_the_same_logits(judge, tmp_path):
         before = model(["capital of france ?"] * 3, PASSAGES)
     model.save(tmp_path / "judge.safetensors")
     data = json.loads((tmp_path / "judge.json").read_text())
-    assert data == {"lora": LORA.to_dict(), "max_length": 48}
+    assert data == {"lora": LORA.to_dict(), "max_length": 48, "reads_answer": False}
     loaded = PassageJudge.load(tmp_path / "judge.safetensors", base=base)
     after = loaded.score(["capital of france ?"] * 3, PASSAGES)
     assert not any(t.requires_grad and "lora_" in n for n, t in loaded.named_parameters())  # folded, no adapters
@@ -81,3 +81,31 @@ def test_it_loads_in_bfloat16_with_close_logits(judge, tmp_path):
     assert b == pytest.approx(a, abs=0.02)
     with pytest.raises(InputError, match="float32 or bfloat16"):
         PassageJudge.load(tmp_path / "judge.safetensors", base=base, dtype="int8")
+
+
+def test_a_judge_that_reads_the_answer_scores_each_answer_and_keeps_reading_it(tmp_path):
+    base = save_bert(tmp_path / "bert")
+    torch.manual_seed(2)
+    model = PassageJudge.new(LORA, max_length=48, base=base, reads_answer=True).eval()
+    questions, passages = ["capital of france ?"] * 2, [PASSAGES[0]] * 2
+    logits = model.score(questions, passages, ["paris", "the sun"])
+    assert logits[0] != pytest.approx(logits[1], abs=1e-6)  # the same passage, two answers, two logits
+    with pytest.raises(InputError, match="reads the answer"):
+        model.score(questions, passages)
+    model.save(tmp_path / "judge.safetensors")
+    assert json.loads((tmp_path / "judge.json").read_text())["reads_answer"] is True
+    loaded = PassageJudge.load(tmp_path / "judge.safetensors", base=base)
+    assert loaded.reads_answer and loaded.score(questions, passages, ["paris", "the sun"]) == pytest.approx(
+        logits, abs=1e-4)
+    # a judge that does not read answers ignores them
+    plain = PassageJudge.new(LORA, max_length=48, base=base).eval()
+    assert plain.score(questions, passages, ["paris", "the sun"]) == plain.score(questions, passages)
+
+
+def test_a_judge_file_with_a_bad_reads_answer_flag_is_refused(judge, tmp_path):
+    model, base = judge
+    model.save(tmp_path / "judge.safetensors")
+    data = json.loads((tmp_path / "judge.json").read_text())
+    (tmp_path / "judge.json").write_text(json.dumps(dict(data, reads_answer="yes")))
+    with pytest.raises(InputError, match="reads_answer"):
+        PassageJudge.load(tmp_path / "judge.safetensors", base=base)

@@ -192,6 +192,21 @@ def test_ask_judges_every_passage_and_the_score_reads_it(rag, tmp_path):
     assert judged.to_dict()["passages"][0]["judge"] == judged.passages[0].judge
 
 
+def test_ask_hands_a_judge_that_reads_answers_each_passage_s_answer(rag, tmp_path):
+    from tiny_encoders import save_bert
+
+    judge = PassageJudge.new(JUDGE_LORA, base=save_bert(tmp_path / "bert"), reads_answer=True).eval()
+    rag.use_judge(judge)
+    try:
+        answers = rag.ask([QUESTION, "what else ?"], max_new_tokens=4)
+    finally:
+        rag.use_judge(None)
+    for answer in answers:
+        logits = judge.score([answer.question] * len(answer.passages), [(p.title, p.text) for p in answer.passages],
+                             [answer.answer] * len(answer.passages))
+        assert [p.judge for p in answer.passages] == pytest.approx(logits, abs=1e-5)
+
+
 # -- the real shipped default -----------------------------------------------------------------------------
 
 
