@@ -1,19 +1,23 @@
 """Abstention of the shipped default: when should `openbook ask` say the knowledge base holds no answer?
 
-Two sets of questions the shipped default never trained on:
+Two sets of questions the shipped default never trained on, each with two kinds of unanswerable question
+(``bench/_abstention_sets.py``):
 
 * **development** (the held-out fifths of ``scripts/split_qa_data.py``; runs 1-4 used them all, so all of them
-  now fit): *answerable*, the questions of the NQ fifth that the default answers right today (exact match, with
-  `openbook ask`'s settings; the demo knowledge base holds every NQ question's gold passage) and, since run 7, the
-  held-out WebQuestions and CuratedTrec questions it answers right today, so that a signal cannot tell the two
-  sides apart by the style of their datasets; *unanswerable*, the held-out WebQuestions and CuratedTrec questions
-  whose answer is in none of the top k passages of the demo knowledge base (DPR's has_answer; CuratedTrec's
-  patterns as regexes). The signal is chosen, weighted and its threshold set here, and nowhere else.
+  now fit): *answerable*, the questions of the NQ fifth and the held-out WebQuestions and CuratedTrec questions
+  that the default answers right today (exact match, with `openbook ask`'s settings; the demo knowledge base
+  holds every NQ question's gold passage, and the others' answers only by chance); *unanswerable*, (1) *absent*:
+  the held-out WebQuestions and CuratedTrec questions whose answer is in none of the top k passages of the demo
+  book (DPR's has_answer; CuratedTrec's patterns as regexes), a label that string matching makes noisy (a
+  WebQuestions answer is a Freebase name), and (2) *deleted* (since run 8): the NQ fifth and the held-out
+  WebQuestions/CuratedTrec questions with an answer in the top k, asked of a copy of the demo book from which
+  every passage holding their answers is deleted: the same questions as the answerable side, no label noise. The
+  signal is chosen, weighted and its threshold set here, and nowhere else.
 * **test** (:func:`load_fresh`): the WebQuestions and CuratedTrec questions of the training parts that the
-  default never trained on, fresh in run 5 (runs 6 and 7 scored on it too; nothing is fitted to it). *Answerable*: those with the answer in the top k that the
-  default answers right today; *unanswerable*: those with the answer in none of the top k. Both sides are
-  WebQuestions and CuratedTrec questions, so a signal that only told NQ's style of question from theirs would
-  fail here.
+  default never trained on, fresh in run 5 (runs 6-8 scored on it too; nothing is fitted to it). *Answerable*:
+  those with the answer in the top k that the default answers right today; *unanswerable*: (1) those with the
+  answer in none of the top k, (2) those with the answer in the top k, asked of their own copy of the book
+  without their answers.
 
 The features of each answer are :func:`openbook.rag.abstain.abstain_features` (top retrieval score, log p(y|x) per
 token, the p(z|x) of the passages containing the answer, its length in words, the share of the question's content
@@ -21,19 +25,21 @@ words the passages mention, the passage judge's best logit, and its best logit a
 answer: ``scripts/train_judge.py`` trains the judge on the default's training questions only, none of either set).
 The candidate signals: the top score alone, the log-likelihood alone, the judge alone, run 1's ``top + w *
 logprob``, run 3's four features, run 5's five (``combined-5``), run 6's six (``combined-6``) and all seven
-(``combined``). Each is scored on the development set
-by repeated two-fold cross-validation (weights = the direction of a class-balanced logistic regression,
-threshold = the largest keeping ``--keep`` of the fold's answerable); the one abstaining on most held-out-fold
-unanswerable wins, is fitted on the whole development set, and only then is the test set scored: the share of
-the answerable still answered, of the unanswerable abstained on (95% bootstrap intervals), and the exact match of
-all the questions asked before (all answered) and after abstention.
+(``combined``). Each is scored on the development set by repeated two-fold cross-validation, split by question
+(weights = the direction of a class-balanced logistic regression, threshold = the largest keeping ``--keep`` of
+the fold's right answers); the one abstaining on most held-out-fold unanswerable of both kinds wins, is fitted
+on the whole development set, and only then is the test set scored: the share of the right answers still
+answered, of each kind of unanswerable abstained on (95% bootstrap intervals), and the exact match of all the
+questions asked before (all answered) and after abstention.
 
-Answers are cached (``--work``, default ``$OPENBOOK_CACHE/bench/abstention``; a second run only calibrates).
-The winner's weights belong in ``openbook/presets.py`` (``ABSTAIN_WEIGHTS``) and its threshold in the shipped
-default's ``run.json``.
+Answers, judge logits and the deleted-answer books are cached (``--work``, default
+``$OPENBOOK_CACHE/bench/abstention``; a second run only calibrates). ``--judge FILE`` calibrates with a candidate
+passage judge (``scripts/train_judge.py``) in place of the shipped one. The winner's weights belong in
+``openbook/presets.py`` (``ABSTAIN_WEIGHTS``) and its threshold (with the judge's file) in the shipped default's
+``run.json``.
 
 Usage:  OMP_NUM_THREADS=1 PYTHONPATH=. python bench/abstention.py [--data-dir ../shared/data] [--work DIR]
-        [--keep 0.97] [--cached-only]
+        [--keep 0.97] [--max-passages 50] [--cached-only] [--judge FILE]
 
 It prints the CPU and ends with one JSON line of its figures.
 """
@@ -46,14 +52,21 @@ import json
 import math
 import random
 import sys
-import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
-sys.path.insert(0, str(REPO / "scripts"))
+from _abstention_sets import (  # noqa: E402
+    answer_all,
+    has_answer,
+    judge_all,
+    load_fresh,
+    load_sets,
+    retrieve_all,
+    right,
+    without_answers,
+)
 from _common import nq_split, print_header, quiet  # noqa: E402
-from split_qa_data import split  # noqa: E402
 
 # candidate signals: the features each weighs (one alone: the feature itself)
 SIGNALS = {"top_score": ("top_score",), "logprob": ("logprob",), "top+logprob": ("top_score", "logprob"),
@@ -61,110 +74,6 @@ SIGNALS = {"top_score": ("top_score",), "logprob": ("logprob",), "top+logprob": 
            "combined-5": ("top_score", "logprob", "support", "words", "coverage"),
            "combined-6": ("top_score", "logprob", "support", "words", "coverage", "judge"),
            "combined": ("top_score", "logprob", "support", "words", "coverage", "judge", "judge_answer")}
-
-
-def other_parts(data_dir: Path) -> tuple[tuple[list[dict], list[dict]], tuple[list[dict], list[dict]]]:
-    """WebQuestions' and CuratedTrec's (training part, held-out fifth), each as ``{question, answers, mode}`` in
-    ``scripts/split_qa_data.py``'s order."""
-    from openbook.eval.tasks.qa import CuratedTrecTask, WebQuestionsTask
-
-    wq = json.loads((data_dir / "webquestions.train.json").read_text(encoding="utf-8"))
-    ct = [line for line in (data_dir / "curatedtrec.train.tsv").read_text(encoding="utf-8").splitlines() if line]
-    wq_rows = [{"question": e.input, "answers": e.golds, "mode": "dpr"} for e in map(WebQuestionsTask().parse_record, wq)]
-    ct_rows = [{"question": e.input, "answers": e.golds, "mode": "regex"}
-               for e in (CuratedTrecTask().parse_line(line, n) for n, line in enumerate(ct, 1))]
-    return split(wq_rows), split(ct_rows)
-
-
-def load_sets(data_dir: Path) -> tuple[list[dict], list[dict]]:
-    """(the NQ held-out fifth, the WebQuestions + CuratedTrec held-out fifths), as ``{question, answers, mode}``."""
-    nq = [{"question": r["question"], "answers": r["answers"], "mode": "dpr"} for r in nq_split(data_dir)[1]]
-    (_, wq), (_, ct) = other_parts(data_dir)
-    return nq, wq + ct
-
-
-def load_fresh(data_dir: Path, nq_train: int) -> list[dict]:
-    """The WebQuestions and CuratedTrec questions of the training parts that the shipped default never trained
-    on (``scripts/split_qa_data.py`` trains on the first ``nq_train // 2`` of each), as ``{question, answers,
-    mode}``: a test set no calibration has seen. A question whose text is also a trained or a held-out one (the
-    sets repeat a few) is left out."""
-    used = nq_train // 2
-    (wq, wq_held), (ct, ct_held) = other_parts(data_dir)
-    seen = {r["question"] for r in nq_split(data_dir)[1] + wq_held + ct_held + wq[:used] + ct[:used]}
-    return [r for r in wq[used:] + ct[used:] if r["question"] not in seen]
-
-
-def retrieve_all(rag, rows: list[dict], k: int, judged: Path | None = None) -> dict[str, list[tuple]]:
-    """question -> its top k as ``(d(z)^T q(x), p(z|x), title, text)``, as `ask` reads them; with ``judged`` (a
-    cache file of the logits, kept per judge file and dtype), the model's passage-judge logit of each as a fifth
-    item (as `ask` judges them)."""
-    out = {}
-    for start in range(0, len(rows), 64):
-        batch = [r["question"] for r in rows[start: start + 64]]
-        found = rag.retrieve(batch, k)
-        for question, passages, scores, logprobs in zip(batch, found.passages, found.scores.tolist(),
-                                                        found.doc_logprobs.exp().tolist()):
-            out[question] = [(s, p, z.title, z.text) for s, p, z in zip(scores, logprobs, passages)]
-    judge = rag.passage_judge
-    if judged is None or judge is None:
-        return out
-    import hashlib
-
-    # the shipped default's judge (loaded from its file when first used) is known by its file's hash and its dtype
-    key = f"{hashlib.sha256(judge.path.read_bytes()).hexdigest()[:16]}-{judge.dtype}"
-    cache = judged.with_name(f"{judged.stem}-{key}{judged.suffix}")
-    logits = json.loads(cache.read_text(encoding="utf-8")) if cache.exists() else {}
-    todo = [q for q in out if q not in logits]
-    start_time = time.perf_counter()
-    for start in range(0, len(todo), 64):
-        batch = todo[start: start + 64]
-        pairs = [(q, (title, text)) for q in batch for _, _, title, text in out[q]]
-        scored = iter(judge.score([q for q, _ in pairs], [p for _, p in pairs]))
-        for q in batch:
-            logits[q] = [next(scored) for _ in out[q]]
-        print(f"  judged {start + len(batch)}/{len(todo)} questions' passages ({time.perf_counter() - start_time:.0f} s)",
-              flush=True)
-    if todo:
-        cache.write_text(json.dumps(logits), encoding="utf-8")
-    return {q: [seen + (logit,) for seen, logit in zip(found, logits[q])] for q, found in out.items()}
-
-
-def has_answer(row: dict, passages: list[tuple[float, float, str, str]]) -> bool:
-    from openbook.eval.retrieval import answer_in_passage
-
-    return any(answer_in_passage(seen[3], row["answers"], row["mode"]) for seen in passages)
-
-
-def right(row: dict, answer: str) -> bool:
-    from openbook.eval.metrics.answers import exact_match, regex_match
-
-    return bool((regex_match if row["mode"] == "regex" else exact_match)(answer, row["answers"]))
-
-
-def answer_all(rag, rows: list[dict], cache: Path, k: int, batch_size: int, cached_only: bool) -> dict[str, dict]:
-    """question -> ``{answer, logprob, features}`` (the features as `ask` saw its passages), from ``cache`` (JSON
-    Lines) or asked and appended."""
-    from openbook.rag.abstain import abstain_features
-
-    done = {}
-    if cache.exists():
-        for line in cache.read_text(encoding="utf-8").splitlines():
-            record = json.loads(line)
-            done[record["question"]] = record
-    todo = [] if cached_only else list(dict.fromkeys(r["question"] for r in rows if r["question"] not in done))
-    start = time.perf_counter()
-    with open(cache, "a", encoding="utf-8") as fh:
-        for i in range(0, len(todo), batch_size):
-            for question, answer in zip(todo[i: i + batch_size], rag.ask(todo[i: i + batch_size], k=k)):
-                seen = [(p.score, p.prob, p.title, p.text, p.judge) for p in answer.passages]
-                record = {"question": question, "answer": answer.answer, "logprob": answer.logprob,
-                          "features": abstain_features(question, answer.answer, seen, answer.logprob)}
-                done[question] = record
-                fh.write(json.dumps(record, ensure_ascii=False) + "\n")
-            fh.flush()
-            print(f"  asked {min(i + batch_size, len(todo))}/{len(todo)} ({time.perf_counter() - start:.0f} s)",
-                  flush=True)
-    return {r["question"]: done[r["question"]] for r in rows if r["question"] in done}
 
 
 def interleave(*parts: list) -> list:
@@ -214,10 +123,11 @@ def shipped_figures(threshold: float, answerable: list[dict], unanswerable: list
             "test_other_answered_right": round(share([score(f) >= threshold for f in answerable]), 3)}
 
 
-def halves(rows: list, seed: int) -> tuple[list, list]:
-    rows = list(rows)
-    random.Random(seed).shuffle(rows)
-    return rows[: len(rows) // 2], rows[len(rows) // 2:]
+def folds(keys: list, seed: int) -> dict:
+    """Each distinct key -> 0 or 1, half of the keys each (seeded)."""
+    distinct = sorted(set(keys), key=str)
+    random.Random(seed).shuffle(distinct)
+    return {key: i % 2 for i, key in enumerate(distinct)}
 
 
 def threshold_keeping(scores: list[float], keep: float) -> float:
@@ -227,19 +137,24 @@ def threshold_keeping(scores: list[float], keep: float) -> float:
     return math.floor(ordered[min(len(ordered) - 1, int((1.0 - keep) * len(ordered)))] * 1e4) / 1e4
 
 
-def cross_validate(name: str, answerable: list[dict], unanswerable: list[dict], keep: float,
-                   rounds: int, seed: int) -> tuple[float, float]:
-    """Mean (share of answerable kept, of unanswerable abstained on) over ``rounds`` seeded two-fold splits:
-    fitted and thresholded on one half, scored on the other, both ways."""
-    kept, abstained = [], []
+def cross_validate(name: str, answerable: list[dict], unanswerable: list[dict], keep: float, rounds: int,
+                   seed: int, keys: tuple[list, list] | None = None) -> tuple[float, list[float]]:
+    """Over ``rounds`` seeded two-fold splits, fitted and thresholded on one half and scored on the other, both
+    ways: the share of ``answerable`` kept, and the share of rounds each of ``unanswerable`` was abstained on.
+    ``keys`` (one list per side) name each item's question, and a question's items fall in one fold (the same
+    question asked of two books); by default each item is its own."""
+    keys_a, keys_u = keys or ([("a", i) for i in range(len(answerable))], [("u", i) for i in range(len(unanswerable))])
+    kept, abstained = [], [0] * len(unanswerable)
     for r in range(rounds):
-        a, u = halves(answerable, seed + 2 * r), halves(unanswerable, seed + 2 * r + 1)
-        for fit, held in ((0, 1), (1, 0)):
-            score, _ = signal_of(name, a[fit], u[fit])
-            t = threshold_keeping([score(f) for f in a[fit]], keep)
-            kept += [score(f) >= t for f in a[held]]
-            abstained += [score(f) < t for f in u[held]]
-    return share(kept), share(abstained)
+        fold = folds(keys_a + keys_u, seed + r)
+        for part in (0, 1):
+            score, _ = signal_of(name, [f for f, key in zip(answerable, keys_a) if fold[key] == part],
+                                 [f for f, key in zip(unanswerable, keys_u) if fold[key] == part])
+            t = threshold_keeping([score(f) for f, key in zip(answerable, keys_a) if fold[key] == part], keep)
+            kept += [score(f) >= t for f, key in zip(answerable, keys_a) if fold[key] != part]
+            for i, (f, key) in enumerate(zip(unanswerable, keys_u)):
+                abstained[i] += fold[key] != part and score(f) < t
+    return share(kept), [n / rounds for n in abstained]
 
 
 def auc(higher: list[float], lower: list[float]) -> float:
@@ -284,18 +199,30 @@ def bootstrap(flags: list[bool], seed: int, rounds: int = 2000) -> list[float]:
     return [round(means[int(0.025 * rounds)], 3), round(means[int(0.975 * rounds) - 1], 3)]
 
 
+def by_kind(rates: list[float], kinds: list[str]) -> dict[str, float]:
+    """The mean of ``rates`` over all and over each kind."""
+    out = {"all": round(share(rates), 3)}
+    for kind in dict.fromkeys(kinds):
+        out[kind] = round(share([v for v, k in zip(rates, kinds) if k == kind]), 3)
+    return out
+
+
 def main(argv=None) -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--data-dir", default=str(REPO.parent / "shared" / "data"), help="../shared/data's files")
     p.add_argument("--work", default=None, help="cache of answers (default: $OPENBOOK_CACHE/bench/abstention)")
     p.add_argument("--k", type=int, default=5)
     p.add_argument("--keep", type=float, default=0.97, help="share of development answerable to keep answering")
+    p.add_argument("--max-passages", type=int, default=50,
+                   help="deleted-answer questions: leave out those whose answers are in more passages than this")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--rounds", type=int, default=20, help="two-fold splits of the development set per signal")
     p.add_argument("--batch-size", type=int, default=8)
     p.add_argument("--nq-report", default=str(REPO / "docs" / "models" / "default" / "nq-fp32" / "report.json"),
-                   help="the default's answers to the NQ fifth with ask's settings: which it answers right today")
+                   help="the default's answers to the NQ fifth as the model card has them (a check of the cache)")
     p.add_argument("--cached-only", action="store_true", help="use only the answers already cached (a partial run)")
+    p.add_argument("--judge", default=None,
+                   help="a candidate passage judge's file to calibrate with in place of the shipped one's")
     args = p.parse_args(argv)
     print_header()
     quiet()
@@ -309,106 +236,126 @@ def main(argv=None) -> None:
     nq, other = load_sets(data_dir)
     fresh = load_fresh(data_dir, len(nq_split(data_dir)[0]))
     today = {p["input"]: p for p in json.loads(Path(args.nq_report).read_text(encoding="utf-8"))["predictions"]}
-    nq_right = [r for r in nq if today[r["question"]]["scores"]["exact_match"]]
     rag = RAG.load()  # the shipped default, as `openbook ask` loads it
-    passages = retrieve_all(rag, nq + other + fresh, args.k, judged=work / "judged.json")
+    if args.judge:  # a candidate judge, in the dtype `ask` would run it in
+        from openbook.models.judge import LazyJudge
+
+        rag.use_judge(LazyJudge(args.judge, dtype=rag.passage_judge.dtype))
+    passages = retrieve_all(rag, nq + other + fresh, args.k)
     in_top_k = {r["question"]: has_answer(r, passages[r["question"]]) for r in other + fresh}
     dev_un = [r for r in other if not in_top_k[r["question"]]]
     dev_found = [r for r in other if in_top_k[r["question"]]]
     test_un = [r for r in fresh if not in_top_k[r["question"]]]
     test_found = [r for r in fresh if in_top_k[r["question"]]]
-    print(f"development: {len(nq_right)} of the {len(nq)} NQ held-out questions right today ({args.nq_report}), "
-          f"{len(dev_un)} of the {len(other)} held-out WebQuestions/CuratedTrec questions unanswerable and "
-          f"{len(dev_found)} with the answer in the top {args.k}; test: "
-          f"{len(fresh)} fresh WebQuestions/CuratedTrec questions, {len(test_un)} unanswerable and {len(test_found)} "
-          f"with the answer in the top {args.k}", flush=True)
-    # NQ's answerable and the unanswerable first (interleaved, so that a partial cache is balanced), then the test
-    # set, then the rest of the development questions (the other answerable ones; exact match before and after)
-    needed = interleave(nq_right, dev_un) + interleave(test_found, test_un)
-    needed += [r for r in nq if r not in nq_right] + dev_found
+    print(f"development: the {len(nq)} NQ held-out questions; of the {len(other)} held-out WebQuestions/CuratedTrec "
+          f"questions {len(dev_un)} with no answer in the top {args.k} and {len(dev_found)} with one; test: "
+          f"{len(fresh)} fresh WebQuestions/CuratedTrec questions, {len(test_un)} with no answer in the top {args.k} "
+          f"and {len(test_found)} with one", flush=True)
+    # interleaved, so that a partial cache is balanced
+    needed = interleave(nq, dev_un) + interleave(test_found, test_un) + dev_found
     got = answer_all(rag, needed, work / "answers.jsonl", args.k, args.batch_size, args.cached_only)
+    passages = judge_all(rag, passages, {q: g["answer"] for q, g in got.items()}, work / "judged.json")
     feats = {q: abstain_features(q, g["answer"], passages[q], g["logprob"]) for q, g in got.items()}
     changed = sum(got[r["question"]]["answer"] != today[r["question"]]["prediction"]
                   for r in nq if r["question"] in got)
     drift = max((abs(g["features"][n] - feats[q][n]) for q, g in got.items() if "features" in g
                  for n in g["features"]), default=0.0)
-    print(f"NQ answers differing from the report's: {changed}; largest difference of a feature as ask saw it to "
-          f"the bench's (passages retrieved again): {drift:.2g}")
+    print(f"NQ answers differing from the model card's report: {changed}; largest difference of a feature as ask "
+          f"saw it to the bench's (passages retrieved again): {drift:.2g}")
+    deleted, counts = {}, {}
+    for name, rows in (("nq", nq), ("dev", dev_found), ("test", test_found)):
+        deleted[name], counts[name] = without_answers(rag, rows, name, work, args.k, args.batch_size,
+                                                      args.max_passages, args.cached_only)
+        print(f"deleted-answer questions ({name}): {counts[name]}", flush=True)
 
-    def answered_right(rows):
-        return [feats[r["question"]] for r in rows if r["question"] in got and right(r, got[r["question"]]["answer"])]
+    def right_ones(rows):
+        return [r["question"] for r in rows if r["question"] in got and right(r, got[r["question"]]["answer"])]
 
-    dev_nq, dev_other = answered_right(nq), answered_right(dev_found)
-    dev_a, dev_u = dev_nq + dev_other, [feats[r["question"]] for r in dev_un if r["question"] in got]
-    figures: dict = {"k": args.k, "keep_target": args.keep, "dev_answerable": len(dev_a),
-                     "dev_answerable_nq": len(dev_nq), "dev_unanswerable": len(dev_u),
+    # development: answerable = right today over the whole book; unanswerable = both kinds (module docs)
+    dev_keys_a = right_ones(nq) + right_ones(dev_found)
+    dev_items = ([(r["question"], feats[r["question"]], "absent") for r in dev_un if r["question"] in got]
+                 + [(q, f, "deleted") for name in ("nq", "dev") for q, f in deleted[name].items()])
+    dev_a, dev_u = [feats[q] for q in dev_keys_a], [f for _, f, _ in dev_items]
+    kinds = [kind for _, _, kind in dev_items]
+    keys = (dev_keys_a, [q for q, _, _ in dev_items])
+    figures: dict = {"k": args.k, "keep_target": args.keep, "max_passages": args.max_passages,
+                     "dev_answerable": len(dev_a), "dev_answerable_nq": len(right_ones(nq)),
+                     "dev_unanswerable": {kind: kinds.count(kind) for kind in ("absent", "deleted")},
+                     "deleted_answers": counts,
                      "nq_answers_differing_from_report": changed, "feature_drift": drift, "cross_validation": {}}
-    print(f"\ndevelopment set, {args.rounds} two-fold splits, threshold keeping {args.keep:.0%} of the fitting half:")
+    print(f"\ndevelopment set: {len(dev_a)} right today ({len(right_ones(nq))} NQ), {kinds.count('absent')} with no "
+          f"answer in the top {args.k}, {kinds.count('deleted')} deleted-answer; {args.rounds} two-fold splits by "
+          f"question, threshold keeping {args.keep:.0%} of the fitting half's right answers:")
     chosen, best = None, -1.0
     for name in SIGNALS:
-        kept, abstain = cross_validate(name, dev_a, dev_u, args.keep, args.rounds, args.seed)
-        print(f"  {name:12s} keeps {kept:.1%} of the answerable, abstains on {abstain:.1%} of the unanswerable")
-        figures["cross_validation"][name] = {"answered_right": round(kept, 3),
-                                             "abstain_unanswerable": round(abstain, 3)}
-        if abstain > best:
-            chosen, best = name, abstain
+        kept, rates = cross_validate(name, dev_a, dev_u, args.keep, args.rounds, args.seed, keys)
+        abstain = by_kind(rates, kinds)
+        print(f"  {name:12s} keeps {kept:.1%} of the right answers, abstains on {abstain['all']:.1%} of the "
+              f"unanswerable: {abstain['absent']:.1%} no answer in the top {args.k}, {abstain['deleted']:.1%} "
+              f"deleted-answer")
+        figures["cross_validation"][name] = {"answered_right": round(kept, 3), "abstain": abstain}
+        if abstain["all"] > best:
+            chosen, best = name, abstain["all"]
     score, weights = signal_of(chosen, dev_a, dev_u)
     threshold = threshold_keeping([score(f) for f in dev_a], args.keep)
     print(f"chosen: {chosen}, weights {weights}, threshold {threshold:.4f} (fitted on the whole development set)")
-    dev_nq_kept, dev_other_kept = (share([score(f) >= threshold for f in part]) for part in (dev_nq, dev_other))
-    print(f"  in the fit, still answered: {dev_nq_kept:.1%} of the {len(dev_nq)} NQ and {dev_other_kept:.1%} of the "
-          f"{len(dev_other)} WebQuestions/CuratedTrec questions right today")
 
-    test_rows = [r for r in fresh if r["question"] in got]
-    test_a = answered_right(test_found)
-    test_u = [feats[r["question"]] for r in test_un if r["question"] in got]
+    # test: fresh questions, nothing fitted to them
+    test_a = [feats[q] for q in right_ones(test_found)]
+    test_u = {"absent": [feats[r["question"]] for r in test_un if r["question"] in got],
+              "deleted": list(deleted["test"].values())}
     kept = [score(f) >= threshold for f in test_a]
-    abstained = [score(f) < threshold for f in test_u]
+    abstained = {kind: [score(f) < threshold for f in rows] for kind, rows in test_u.items()}
+    figures["test_auc"] = {kind: {} for kind in test_u}
+    for name in SIGNALS:
+        rank, _ = signal_of(name, dev_a, dev_u)
+        for kind, rows in test_u.items():
+            figures["test_auc"][kind][name] = round(auc([rank(f) for f in test_a], [rank(f) for f in rows]), 4)
+    figures["test_curve"] = {kind: curve_points([score(f) for f in test_a], [score(f) for f in rows])
+                             for kind, rows in test_u.items()}
+    test_rows = [r for r in fresh if r["question"] in got]
     em_before = [right(r, got[r["question"]]["answer"]) for r in test_rows]
     em_after = [em for em, r in zip(em_before, test_rows) if score(feats[r["question"]]) >= threshold]
     nq_asked = [r for r in nq if r["question"] in got]
     nq_before = [right(r, got[r["question"]]["answer"]) for r in nq_asked]
     nq_after = [em for em, r in zip(nq_before, nq_asked) if score(feats[r["question"]]) >= threshold]
-    # how well each candidate, fitted on the whole development set, ranks the fresh test set (reported, never used
-    # to choose): the chance that an answer right today scores above an unanswerable question
-    figures["test_auc"] = {}
-    for name in SIGNALS:
-        rank, _ = signal_of(name, dev_a, dev_u)
-        figures["test_auc"][name] = round(auc([rank(f) for f in test_a], [rank(f) for f in test_u]), 4)
-    print("ranking of the fresh test set (AUC, right today above unanswerable; not used to choose): "
-          + ", ".join(f"{name} {value:.3f}" for name, value in figures["test_auc"].items()))
-    figures["test_curve"] = curve_points([score(f) for f in test_a], [score(f) for f in test_u])
-    print(f"its curve on the test set: answering 95% of the right answers abstains on "
-          f"{figures['test_curve']['abstain_unanswerable_at_95_answered']:.1%} of the unanswerable; abstaining on 70% "
-          f"of those answers {figures['test_curve']['answered_right_at_70_abstained']:.1%} of the right ones")
     cv = figures["cross_validation"][chosen]
-    figures.update(signal=chosen, weights=weights, threshold=threshold,
-                   answered_right=cv["answered_right"], abstain_unanswerable=cv["abstain_unanswerable"],
-                   dev_nq_answered_right=round(dev_nq_kept, 3), dev_other_answered_right=round(dev_other_kept, 3),
-                   test_unanswerable=len(abstained), test_abstain_unanswerable=round(share(abstained), 3),
-                   test_abstain_unanswerable_ci=bootstrap(abstained, args.seed),
-                   test_other_answerable=len(kept), test_other_answered_right=round(share(kept), 3),
-                   test_other_answered_right_ci=bootstrap(kept, args.seed),
+    figures.update(signal=chosen, weights=weights, threshold=threshold, answered_right=cv["answered_right"],
+                   abstain=cv["abstain"], test_answerable=len(kept), test_answered_right=round(share(kept), 3),
+                   test_answered_right_ci=bootstrap(kept, args.seed),
+                   test_unanswerable={kind: len(flags) for kind, flags in abstained.items()},
+                   test_abstain={kind: round(share(flags), 3) for kind, flags in abstained.items()},
+                   test_abstain_ci={kind: bootstrap(flags, args.seed) for kind, flags in abstained.items()},
                    nq_asked=len(nq_before), nq_answered=len(nq_after), nq_em_before=round(share(nq_before), 3),
                    nq_em_after=round(share(nq_after), 3), test_asked=len(em_before), test_answered=len(em_after),
                    test_em_before=round(share(em_before), 3), test_em_after=round(share(em_after), 3))
-    # the calibration the default ships with, on this run's answers: what `openbook ask` does today, whether or
-    # not this run's fit differs from it
-    if rag.abstain_threshold is not None:
-        figures["shipped"] = shipped_figures(rag.abstain_threshold, test_a, test_u)
-        print(f"shipped calibration (threshold {rag.abstain_threshold}) on this run's test answers: abstains on "
-              f"{figures['shipped']['test_abstain_unanswerable']:.1%} of the unanswerable, answers "
-              f"{figures['shipped']['test_other_answered_right']:.1%} of those right today")
-    figures["meets_targets"] = (cv["answered_right"] >= 0.95 and cv["abstain_unanswerable"] >= 0.70
-                                and figures["test_abstain_unanswerable"] >= 0.70
-                                and figures["test_other_answered_right"] >= 0.95)
+    print("ranking of the fresh test set (AUC, right today above unanswerable; not used to choose):")
+    for kind, values in figures["test_auc"].items():
+        print(f"  {kind:8s} " + ", ".join(f"{name} {value:.3f}" for name, value in values.items()))
+    for kind, points in figures["test_curve"].items():
+        print(f"its curve on the test set ({kind}): answering 95% of the right answers abstains on "
+              f"{points['abstain_unanswerable_at_95_answered']:.1%}; abstaining on 70% answers "
+              f"{points['answered_right_at_70_abstained']:.1%} of the right ones")
+    # the calibration the default ships with, on this run's answers: what `openbook ask` does today
+    if rag.abstain_threshold is not None and not args.judge:
+        figures["shipped"] = {kind: shipped_figures(rag.abstain_threshold, test_a, rows)
+                              for kind, rows in test_u.items()}
+        print(f"shipped calibration (threshold {rag.abstain_threshold}) on this run's test answers: "
+              + "; ".join(f"{kind}: abstains on {f['test_abstain_unanswerable']:.1%}, answers "
+                          f"{f['test_other_answered_right']:.1%} of those right today"
+                          for kind, f in figures["shipped"].items()))
+    figures["meets_targets"] = {kind: (cv["answered_right"] >= 0.95 and cv["abstain"][kind] >= 0.70
+                                       and figures["test_abstain"][kind] >= 0.70
+                                       and figures["test_answered_right"] >= 0.95) for kind in test_u}
     print(f"\nheld out (cross-validated above): answers {cv['answered_right']:.1%} of the questions right today, "
-          f"abstains on {cv['abstain_unanswerable']:.1%} of the unanswerable")
+          f"abstains on {cv['abstain']['absent']:.1%} with no answer in the top {args.k} and "
+          f"{cv['abstain']['deleted']:.1%} deleted-answer")
     print(f"test set (fresh), {chosen} < {threshold:.4f} abstains:")
-    print(f"  unanswerable abstained on: {sum(abstained)}/{len(abstained)} = {share(abstained):.1%} "
-          f"(95% CI {figures['test_abstain_unanswerable_ci']})")
+    for kind, flags in abstained.items():
+        print(f"  unanswerable ({kind}) abstained on: {sum(flags)}/{len(flags)} = {share(flags):.1%} "
+              f"(95% CI {figures['test_abstain_ci'][kind]})")
     print(f"  questions right today, still answered: {sum(kept)}/{len(kept)} = "
-          f"{share(kept):.1%} (95% CI {figures['test_other_answered_right_ci']})")
+          f"{share(kept):.1%} (95% CI {figures['test_answered_right_ci']})")
     print(f"  all {len(em_before)} test questions: exact match {share(em_before):.1%} answering all, "
           f"{share(em_after):.1%} of the {len(em_after)} answered")
     print(f"  the NQ fifth (its right answers in the fit): exact match {share(nq_before):.1%} of "

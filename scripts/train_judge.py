@@ -32,8 +32,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "bench"))
+from _abstention_sets import other_parts, retrieve_all  # noqa: E402
 from _common import nq_split, print_header, quiet  # noqa: E402
-from abstention import other_parts, retrieve_all  # noqa: E402
 
 LORA = {"r": 16, "alpha": 32, "dropout": 0.0, "target_modules": ["query", "key", "value", "dense"]}
 
