@@ -8,6 +8,13 @@ passages of the demo knowledge base, retrieved by the shipped default, make five
 sets' answers mostly are not, so each set's pairs are weighted to balance its own yes and no: the judge must tell
 a passage that holds the answer from one that does not within each set, not NQ's style of question from theirs.
 
+With ``--reads-answer`` the judge reads an answer too ("question answer: A [SEP] title. text") and scores
+whether the passage gives that answer to the question: the same questions and passages, each passage once with a
+wrong answer (a span of its own text shaped like a gold answer, or one that repeats the question's words, as a
+generator that guesses copies; or, for a passage without the answer, a gold answer it does not hold) and, when it
+holds a gold answer, once more with that answer. The gold labels no longer say "this WebQuestions passage holds
+no answer" where it says the answer in other words than the Freebase name; a wrong span is wrong either way.
+
 The judge is the packaged MiniLM with rank-16 LoRA adapters on its attention and feed-forward layers and a linear
 head, trained with AdamW (learning rate 1e-3, 50 warm-up steps, then linear decay) for 2 epochs of 16 pairs, in
 bfloat16 autocast, and written to ``openbook/data/default/judge.safetensors`` (with ``judge.json``). The pairs
@@ -24,6 +31,7 @@ from __future__ import annotations
 import argparse
 import json
 import random
+import re
 import sys
 import time
 from collections import Counter
@@ -58,6 +66,95 @@ def make_pairs(rows: list[dict], k: int) -> list[dict]:
             for r in rows for _, _, title, text in passages[r["question"]]]
 
 
+_TOKEN = re.compile(r"[\w'’.,%$-]+")
+
+
+def _shape(answer: str) -> tuple[int, bool, bool]:
+    """(words, starts with a capital, has a digit) of an answer: what a wrong span should look like."""
+    return (min(5, max(1, len(answer.split()))), answer[:1].isupper(), any(c.isdigit() for c in answer))
+
+
+def wrong_span(text: str, shape: tuple[int, bool, bool], avoid, rng: random.Random) -> str | None:
+    """A span of ``text`` of ``shape``'s length, starting with a capital or holding a digit as it says, ending in
+    no stop word, for which ``avoid(span)`` is false; None if there is none."""
+    from openbook.rag.abstain import _stopwords
+
+    stop = _stopwords()
+    tokens = [t for t in (t.strip(".,") for t in _TOKEN.findall(text)) if t]
+    n, capital, digit = shape
+
+    def fits(window: list[str]) -> bool:
+        if window[0].lower() in stop or window[-1].lower() in stop:
+            return False
+        if capital and not all(t[:1].isupper() or (0 < j < n - 1 and t in stop) for j, t in enumerate(window)):
+            return False
+        return not digit or any(c.isdigit() for t in window for c in t)
+
+    spans = [" ".join(tokens[i: i + n]) for i in range(len(tokens) - n + 1) if fits(tokens[i: i + n])]
+    rng.shuffle(spans)
+    return next((span for span in spans if not avoid(span)), None)
+
+
+def echo_span(question: str, title: str, text: str, avoid, rng: random.Random) -> str | None:
+    """A wrong answer that repeats what the question asks about: the passage's title if it shares a content word
+    with the question, else a span of one to three words of the passage around such a word; None if none."""
+    from openbook.rag.abstain import content_words, words
+
+    asked = set(content_words(question))
+    if title and asked & set(words(title)) and not avoid(title):
+        return title
+    tokens = [t for t in (t.strip(".,") for t in _TOKEN.findall(text)) if t]
+    spans = [" ".join(tokens[i: i + n]) for n in (1, 2, 3) for i in range(len(tokens) - n + 1)
+             if asked & set(words(tokens[i]))]
+    rng.shuffle(spans)
+    return next((span for span in spans if not avoid(span)), None)
+
+
+def gold_in(text: str, row: dict) -> str | None:
+    """The first gold answer ``text`` holds, as it reads there for a regex (CuratedTrec); None if none."""
+    from openbook.eval.retrieval import answer_in_passage
+
+    if row["mode"] == "regex":
+        for pattern in row["answers"]:
+            try:
+                found = re.search(pattern, text, re.IGNORECASE)
+            except re.error:
+                continue
+            if found and found.group(0).strip():
+                return found.group(0).strip()
+        return None
+    return next((a for a in row["answers"] if answer_in_passage(text, [a])), None)
+
+
+def answer_pairs(pairs: list[dict], rows: list[dict], seed: int) -> list[dict]:
+    """The passage pairs (:func:`make_pairs`) with an answer each for a judge that reads it (module docs)."""
+    from openbook.eval.retrieval import answer_in_passage
+
+    by_question = {r["question"]: r for r in rows}
+    rng, out = random.Random(seed), []
+    for pair in pairs:
+        row = by_question[pair["question"]]
+
+        def avoid(span, row=row):
+            return answer_in_passage(span, row["answers"], row["mode"])
+
+        gold = gold_in(pair["text"], row) if pair["y"] else None
+        like = gold or next((a for a in row["answers"] if row["mode"] == "dpr"), "Some Name")
+        roll = rng.random()
+        if gold is None and roll < 0.25 and row["mode"] == "dpr":
+            wrong = row["answers"][0]  # a gold answer the passage does not hold: not this passage's answer
+        elif roll < 0.6:
+            wrong = wrong_span(pair["text"], _shape(like), avoid, rng)
+        else:
+            wrong = echo_span(pair["question"], pair["title"], pair["text"], avoid, rng)
+        wrong = wrong or wrong_span(pair["text"], (1, False, False), avoid, rng)
+        if wrong:
+            out.append(dict(pair, answer=wrong, y=0))
+        if gold:
+            out.append(dict(pair, answer=gold, y=1))
+    return out
+
+
 def balance(pairs: list[dict]) -> dict[tuple[str, int], float]:
     """Weights giving each set's yes and no pairs equal total weight."""
     counts = Counter((p["source"], p["y"]) for p in pairs)
@@ -74,6 +171,8 @@ def main(argv=None) -> None:
     p.add_argument("--batch-size", type=int, default=16)
     p.add_argument("--lr", type=float, default=1e-3)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--reads-answer", action="store_true", help="train a judge that reads the answer too")
+    p.add_argument("--limit", type=int, default=None, help="train on the first N pairs only (a quick check)")
     args = p.parse_args(argv)
     print_header()
     quiet()
@@ -90,12 +189,15 @@ def main(argv=None) -> None:
         pairs = make_pairs(training_rows(Path(args.data_dir)), args.k)
         cached.write_text("".join(json.dumps(pair, ensure_ascii=False) + "\n" for pair in pairs), encoding="utf-8")
     pairs = [json.loads(line) for line in cached.read_text(encoding="utf-8").splitlines()]
+    if args.reads_answer:
+        pairs = answer_pairs(pairs, training_rows(Path(args.data_dir)), args.seed)
+    pairs = pairs[: args.limit] if args.limit else pairs
     weight = balance(pairs)
     print(f"{len(pairs)} pairs; yes/no per set: "
           + ", ".join(f"{s} {sum(q['y'] for q in pairs if q['source'] == s)}/"
                       f"{sum(1 - q['y'] for q in pairs if q['source'] == s)}" for s in ("nq", "wq", "ct")), flush=True)
     torch.manual_seed(args.seed)
-    judge = PassageJudge.new(LoraSettings.from_dict(LORA))
+    judge = PassageJudge.new(LoraSettings.from_dict(LORA), reads_answer=args.reads_answer)
     judge.train()
     params = [t for t in judge.parameters() if t.requires_grad]
     optimizer = torch.optim.AdamW(params, lr=args.lr, weight_decay=0.0)
@@ -108,7 +210,8 @@ def main(argv=None) -> None:
         for i in range(0, len(order) - args.batch_size + 1, args.batch_size):
             batch = [pairs[j] for j in order[i: i + args.batch_size]]
             with torch.autocast("cpu", dtype=torch.bfloat16):
-                logits = judge([q["question"] for q in batch], [(q["title"], q["text"]) for q in batch])
+                logits = judge([q["question"] for q in batch], [(q["title"], q["text"]) for q in batch],
+                               [q.get("answer", "") for q in batch])
             y = torch.tensor([q["y"] for q in batch], dtype=torch.float32)
             w = torch.tensor([weight[(q["source"], q["y"])] for q in batch])
             loss = (torch.nn.functional.binary_cross_entropy_with_logits(logits.float(), y, reduction="none") * w).mean()
@@ -123,7 +226,8 @@ def main(argv=None) -> None:
     judge.save(args.out)
     print(f"wrote {args.out}")
     print(json.dumps({"pairs": len(pairs), "steps": step, "last_loss": round(loss.item(), 4),
-                      "seconds": round(time.perf_counter() - start, 1), "lora": LORA, "epochs": args.epochs}))
+                      "seconds": round(time.perf_counter() - start, 1), "lora": LORA, "epochs": args.epochs,
+                      "reads_answer": args.reads_answer}))
 
 
 if __name__ == "__main__":

@@ -1,4 +1,5 @@
-"""scripts/train_judge.py: each set's yes and no pairs weigh the same, so the judge cannot learn a set's style."""
+"""scripts/train_judge.py: each set's yes and no pairs weigh the same, so the judge cannot learn a set's style; a
+judge that reads the answer trains on gold answers its passages hold and on wrong answers that look like them."""
 
 from __future__ import annotations
 
@@ -10,12 +11,18 @@ import pytest
 SCRIPTS = Path(__file__).resolve().parents[2] / "scripts"
 
 
-def test_each_sets_yes_and_no_pairs_weigh_the_same():
+@pytest.fixture(scope="module")
+def script():
     with pytest.MonkeyPatch.context() as patch:
         patch.syspath_prepend(str(SCRIPTS))
         patch.syspath_prepend(str(SCRIPTS.parent / "bench"))
         sys.modules.pop("train_judge", None)
-        from train_judge import balance
+        import train_judge
+    return train_judge
+
+
+def test_each_sets_yes_and_no_pairs_weigh_the_same(script):
+    balance = script.balance
     pairs = [{"source": "nq", "y": 1}] * 3 + [{"source": "nq", "y": 0}] + [{"source": "wq", "y": 1}] + \
         [{"source": "wq", "y": 0}] * 9
     weight = balance(pairs)
@@ -24,3 +31,45 @@ def test_each_sets_yes_and_no_pairs_weigh_the_same():
         no = sum(weight[(p["source"], p["y"])] for p in pairs if p["source"] == source and not p["y"])
         assert yes == pytest.approx(no)
     assert sum(weight[(p["source"], p["y"])] for p in pairs) == pytest.approx(len(pairs))
+
+
+TEXT = ("The Eiffel Tower is a wrought-iron lattice tower in Paris, France. It was designed by Gustave Eiffel's "
+        "company and built from 1887 to 1889 as the entrance to the 1889 World's Fair.")
+
+
+def test_a_wrong_span_looks_like_the_answer_and_is_not_it(script):
+    import random
+
+    from openbook.eval.retrieval import answer_in_passage
+
+    def avoid(span):
+        return answer_in_passage(span, ["Gustave Eiffel"])
+
+    for seed in range(20):
+        rng = random.Random(seed)
+        name = script.wrong_span(TEXT, script._shape("Gustave Eiffel"), avoid, rng)
+        assert name and len(name.split()) == 2 and all(w[:1].isupper() for w in name.split()) and not avoid(name)
+        year = script.wrong_span(TEXT, script._shape("1889"), lambda s: "1889" in s, rng)
+        assert year == "1887"  # the only one-word span with a digit that is not the answer
+    assert script.wrong_span("the of and", (1, False, False), avoid, random.Random(0)) is None  # stop words only
+    echo = script.echo_span("who designed the eiffel tower?", "Eiffel Tower", TEXT, avoid, random.Random(0))
+    assert echo == "Eiffel Tower"  # the title repeats the question
+
+
+def test_answer_pairs_hold_the_gold_answer_or_a_wrong_one(script):
+    from openbook.eval.retrieval import answer_in_passage
+
+    rows = [{"question": "who designed the eiffel tower?", "answers": ["Gustave Eiffel"], "mode": "dpr"},
+            {"question": "When was the tower built?", "answers": [r"18(87|89)"], "mode": "regex"}]
+    pairs = [{"question": r["question"], "title": "Eiffel Tower", "text": TEXT, "source": "nq", "y": 1} for r in rows]
+    pairs += [{"question": rows[0]["question"], "title": "Moon", "text": "The Moon orbits the Earth once a month.",
+               "source": "nq", "y": 0}]
+    for seed in range(8):
+        out = script.answer_pairs(pairs, rows, seed=seed)
+        gold = [p for p in out if p["y"]]
+        assert [p["answer"] for p in gold] == ["Gustave Eiffel", "1887"]  # a regex's answer as the passage has it
+        for p in out:  # yes: a gold answer the passage holds; no: a wrong answer, or a gold one it does not hold
+            row = next(r for r in rows if r["question"] == p["question"])
+            is_gold = answer_in_passage(p["answer"], row["answers"], row["mode"])
+            assert p["y"] == (is_gold and answer_in_passage(p["text"], [p["answer"]]))
+        assert sum(not p["y"] for p in out) == 3  # one wrong answer for every passage
