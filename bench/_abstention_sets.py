@@ -83,19 +83,20 @@ def judge_all(rag, passages: dict[str, list[tuple]], answers: dict[str, str], ca
     key = f"{hashlib.sha256(judge.path.read_bytes()).hexdigest()[:16]}-{judge.dtype}"
     cache = cache.with_name(f"{cache.stem}-{key}{cache.suffix}")
     logits = json.loads(cache.read_text(encoding="utf-8")) if cache.exists() else {}
-    todo = [q for q in passages if q not in logits and q in answers]
+    keys = {q: f"{q}\t{answers[q]}" for q in passages if q in answers}  # a judge may read the answer
+    todo = [q for q, key in keys.items() if key not in logits]
     start_time = time.perf_counter()
     for start in range(0, len(todo), 64):
         batch = todo[start: start + 64]
         pairs = [(q, (title, text)) for q in batch for _, _, title, text in passages[q]]
         scored = iter(judge.score([q for q, _ in pairs], [p for _, p in pairs], [answers[q] for q, _ in pairs]))
         for q in batch:
-            logits[q] = [next(scored) for _ in passages[q]]
+            logits[keys[q]] = [next(scored) for _ in passages[q]]
         print(f"  judged {start + len(batch)}/{len(todo)} questions' passages ({time.perf_counter() - start_time:.0f} s)",
               flush=True)
     if todo:
         cache.write_text(json.dumps(logits), encoding="utf-8")
-    return {q: [seen + (logit,) for seen, logit in zip(found, logits[q])] if q in logits else found
+    return {q: [seen + (logit,) for seen, logit in zip(found, logits[keys[q]])] if q in keys else found
             for q, found in passages.items()}
 
 
