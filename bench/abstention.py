@@ -138,23 +138,24 @@ def threshold_keeping(scores: list[float], keep: float) -> float:
 
 
 def cross_validate(name: str, answerable: list[dict], unanswerable: list[dict], keep: float, rounds: int,
-                   seed: int, keys: tuple[list, list] | None = None) -> tuple[float, list[float]]:
+                   seed: int, keys: tuple[list, list] | None = None) -> tuple[list[float], list[float]]:
     """Over ``rounds`` seeded two-fold splits, fitted and thresholded on one half and scored on the other, both
-    ways: the share of ``answerable`` kept, and the share of rounds each of ``unanswerable`` was abstained on.
+    ways: the share of rounds each of ``answerable`` was kept and each of ``unanswerable`` was abstained on.
     ``keys`` (one list per side) name each item's question, and a question's items fall in one fold (the same
     question asked of two books); by default each item is its own."""
     keys_a, keys_u = keys or ([("a", i) for i in range(len(answerable))], [("u", i) for i in range(len(unanswerable))])
-    kept, abstained = [], [0] * len(unanswerable)
+    kept, abstained = [0] * len(answerable), [0] * len(unanswerable)
     for r in range(rounds):
         fold = folds(keys_a + keys_u, seed + r)
         for part in (0, 1):
             score, _ = signal_of(name, [f for f, key in zip(answerable, keys_a) if fold[key] == part],
                                  [f for f, key in zip(unanswerable, keys_u) if fold[key] == part])
             t = threshold_keeping([score(f) for f, key in zip(answerable, keys_a) if fold[key] == part], keep)
-            kept += [score(f) >= t for f, key in zip(answerable, keys_a) if fold[key] != part]
+            for i, (f, key) in enumerate(zip(answerable, keys_a)):
+                kept[i] += fold[key] != part and score(f) >= t
             for i, (f, key) in enumerate(zip(unanswerable, keys_u)):
                 abstained[i] += fold[key] != part and score(f) < t
-    return share(kept), [n / rounds for n in abstained]
+    return [n / rounds for n in kept], [n / rounds for n in abstained]
 
 
 def auc(higher: list[float], lower: list[float]) -> float:
@@ -277,6 +278,10 @@ def main(argv=None) -> None:
                  + [(q, f, "deleted") for name in ("nq", "dev") for q, f in deleted[name].items()])
     dev_a, dev_u = [feats[q] for q in dev_keys_a], [f for _, f, _ in dev_items]
     kinds = [kind for _, _, kind in dev_items]
+    nq_questions = {r["question"] for r in nq}
+    groups_a = ["NQ" if q in nq_questions else "WQ/CT" for q in dev_keys_a]
+    groups_u = [kind if kind == "absent" else f"deleted {'NQ' if q in nq_questions else 'WQ/CT'}"
+                for q, _, kind in dev_items]
     keys = (dev_keys_a, [q for q, _, _ in dev_items])
     figures: dict = {"k": args.k, "keep_target": args.keep, "max_passages": args.max_passages,
                      "dev_answerable": len(dev_a), "dev_answerable_nq": len(right_ones(nq)),
@@ -288,17 +293,22 @@ def main(argv=None) -> None:
           f"question, threshold keeping {args.keep:.0%} of the fitting half's right answers:")
     chosen, best = None, -1.0
     for name in SIGNALS:
-        kept, rates = cross_validate(name, dev_a, dev_u, args.keep, args.rounds, args.seed, keys)
-        abstain = by_kind(rates, kinds)
+        kept_rates, rates = cross_validate(name, dev_a, dev_u, args.keep, args.rounds, args.seed, keys)
+        kept, abstain = share(kept_rates), by_kind(rates, kinds)
         print(f"  {name:12s} keeps {kept:.1%} of the right answers, abstains on {abstain['all']:.1%} of the "
               f"unanswerable: {abstain['absent']:.1%} no answer in the top {args.k}, {abstain['deleted']:.1%} "
               f"deleted-answer")
         figures["cross_validation"][name] = {"answered_right": round(kept, 3), "abstain": abstain}
         if abstain["all"] > best:
             chosen, best = name, abstain["all"]
+            groups = {"answered_right": by_kind(kept_rates, groups_a), "abstain": by_kind(rates, groups_u)}
     score, weights = signal_of(chosen, dev_a, dev_u)
     threshold = threshold_keeping([score(f) for f in dev_a], args.keep)
     print(f"chosen: {chosen}, weights {weights}, threshold {threshold:.4f} (fitted on the whole development set)")
+    print("  its cross-validated figures by dataset: right answers kept "
+          + ", ".join(f"{g} {v:.1%}" for g, v in groups["answered_right"].items() if g != "all") + "; abstained on "
+          + ", ".join(f"{g} {v:.1%}" for g, v in groups["abstain"].items() if g != "all"))
+    figures["cross_validation_by_dataset"] = groups
 
     # test: fresh questions, nothing fitted to them
     test_a = [feats[q] for q in right_ones(test_found)]

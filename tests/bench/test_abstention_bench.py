@@ -50,7 +50,7 @@ def test_cross_validation_keeps_a_question_s_items_in_one_fold(bench, monkeypatc
 
     monkeypatch.setattr(bench, "signal_of", spy)
     kept, rates = bench.cross_validate("top_score", answerable, unanswerable, 0.9, rounds=3, seed=0, keys=keys)
-    assert len(rates) == 10 and all(0.0 <= r <= 1.0 for r in rates) and 0.0 <= kept <= 1.0
+    assert len(rates) == len(kept) == 10 and all(0.0 <= r <= 1.0 for r in rates + kept)
     for fitted in fitted_on:
         for a, u in zip(answerable, unanswerable):
             assert (id(a) in fitted) == (id(u) in fitted)
@@ -66,7 +66,7 @@ def test_the_weights_point_to_the_separating_feature(bench):
     assert weights["logprob"] > 1.0
     assert sum(abs(weights[name]) for name in ("support", "words", "coverage", "judge", "judge_answer")) < 1e-9
     kept, rates = bench.cross_validate("combined", answerable, unanswerable, 0.9, rounds=2, seed=0)
-    assert kept >= 0.85 and bench.share(rates) >= 0.95
+    assert bench.share(kept) >= 0.85 and bench.share(rates) >= 0.95 and len(kept) == len(answerable)
     assert bench.auc([2.0, 3.0], [0.0, 1.0]) == 1.0 and bench.auc([0.0], [1.0]) == 0.0
     assert bench.auc([1.0, 3.0], [1.0, 2.0]) == pytest.approx((0.5 + 0 + 1 + 1) / 4)  # a tie counts half
     # the curve at the targets: answering 95% of 1..20 allows a threshold of 2, below which 2 of 0.5..9.5 lie;
