@@ -241,7 +241,7 @@ def main(argv=None) -> None:
     if args.judge:  # a candidate judge, in the dtype `ask` would run it in
         from openbook.models.judge import LazyJudge
 
-        rag.use_judge(LazyJudge(args.judge, dtype=rag.passage_judge.dtype))
+        rag.use_judge(LazyJudge(args.judge, dtype=getattr(rag.passage_judge, "dtype", "float32")))
     passages = retrieve_all(rag, nq + other + fresh, args.k)
     in_top_k = {r["question"]: has_answer(r, passages[r["question"]]) for r in other + fresh}
     dev_un = [r for r in other if not in_top_k[r["question"]]]

@@ -77,9 +77,9 @@ def _shape(answer: str) -> tuple[int, bool, bool]:
 def wrong_span(text: str, shape: tuple[int, bool, bool], avoid, rng: random.Random) -> str | None:
     """A span of ``text`` of ``shape``'s length, starting with a capital or holding a digit as it says, ending in
     no stop word, for which ``avoid(span)`` is false; None if there is none."""
-    from openbook.rag.abstain import _stopwords
+    from bm25s.stopwords import STOPWORDS_EN_PLUS  # the stop words abstention's features use
 
-    stop = _stopwords()
+    stop = frozenset(STOPWORDS_EN_PLUS)
     tokens = [t for t in (t.strip(".,") for t in _TOKEN.findall(text)) if t]
     n, capital, digit = shape
 
