@@ -184,6 +184,7 @@ def main(argv=None) -> None:
 
     work = Path(args.work) if args.work else cache_dir() / "judge"
     work.mkdir(parents=True, exist_ok=True)
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)  # before training, not after it
     cached = work / f"pairs-k{args.k}.jsonl"
     if not cached.exists():
         pairs = make_pairs(training_rows(Path(args.data_dir)), args.k)
