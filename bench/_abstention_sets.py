@@ -146,13 +146,18 @@ def holding_rows(kb, rows: list[dict]) -> dict[str, set[str]]:
     from openbook.rag.abstain import words
 
     live = [(p.id, f"{p.title} {p.text}") for _, p in kb.live_rows()]
-    vocab = [set(words(text)) for _, text in live]
+    postings: dict[str, set[int]] = {}  # word -> the passages that have it
+    for i, (_, text) in enumerate(live):
+        for word in set(words(text)):
+            postings.setdefault(word, set()).add(i)
     out = {}
     for r in rows:
-        needs = [set(words(a)) for a in r["answers"]] if r["mode"] == "dpr" else None
-        out[r["question"]] = {pid for (pid, text), seen in zip(live, vocab)
-                              if (needs is None or any(n and n <= seen for n in needs))
-                              and answer_in_passage(text, r["answers"], r["mode"])}
+        if r["mode"] == "dpr":  # only passages with every word of some answer can hold it
+            candidates = set().union(*(set.intersection(*(postings.get(w, set()) for w in needed))
+                                       for needed in map(set, map(words, r["answers"])) if needed))
+        else:
+            candidates = range(len(live))
+        out[r["question"]] = {live[i][0] for i in candidates if answer_in_passage(live[i][1], r["answers"], r["mode"])}
     return out
 
 

@@ -273,7 +273,8 @@ def main(argv=None) -> None:
         return [r["question"] for r in rows if r["question"] in got and right(r, got[r["question"]]["answer"])]
 
     # development: answerable = right today over the whole book; unanswerable = both kinds (module docs)
-    dev_keys_a = right_ones(nq) + right_ones(dev_found)
+    nq_right = right_ones(nq)
+    dev_keys_a = nq_right + right_ones(dev_found)
     dev_items = ([(r["question"], feats[r["question"]], "absent") for r in dev_un if r["question"] in got]
                  + [(q, f, "deleted") for name in ("nq", "dev") for q, f in deleted[name].items()])
     dev_a, dev_u = [feats[q] for q in dev_keys_a], [f for _, f, _ in dev_items]
@@ -284,11 +285,11 @@ def main(argv=None) -> None:
                 for q, _, kind in dev_items]
     keys = (dev_keys_a, [q for q, _, _ in dev_items])
     figures: dict = {"k": args.k, "keep_target": args.keep, "max_passages": args.max_passages,
-                     "dev_answerable": len(dev_a), "dev_answerable_nq": len(right_ones(nq)),
+                     "dev_answerable": len(dev_a), "dev_answerable_nq": len(nq_right),
                      "dev_unanswerable": {kind: kinds.count(kind) for kind in ("absent", "deleted")},
                      "deleted_answers": counts,
                      "nq_answers_differing_from_report": changed, "feature_drift": drift, "cross_validation": {}}
-    print(f"\ndevelopment set: {len(dev_a)} right today ({len(right_ones(nq))} NQ), {kinds.count('absent')} with no "
+    print(f"\ndevelopment set: {len(dev_a)} right today ({len(nq_right)} NQ), {kinds.count('absent')} with no "
           f"answer in the top {args.k}, {kinds.count('deleted')} deleted-answer; {args.rounds} two-fold splits by "
           f"question, threshold keeping {args.keep:.0%} of the fitting half's right answers:")
     chosen, best = None, -1.0

@@ -69,6 +69,11 @@ def make_pairs(rows: list[dict], k: int) -> list[dict]:
 _TOKEN = re.compile(r"[\w'’.,%$-]+")
 
 
+def _tokens(text: str) -> list[str]:
+    """The words of ``text`` as written (case, digits and inner punctuation kept), trailing stops and commas cut."""
+    return [t for t in (t.strip(".,") for t in _TOKEN.findall(text)) if t]
+
+
 def _shape(answer: str) -> tuple[int, bool, bool]:
     """(words, starts with a capital, has a digit) of an answer: what a wrong span should look like."""
     return (min(5, max(1, len(answer.split()))), answer[:1].isupper(), any(c.isdigit() for c in answer))
@@ -80,7 +85,7 @@ def wrong_span(text: str, shape: tuple[int, bool, bool], avoid, rng: random.Rand
     from bm25s.stopwords import STOPWORDS_EN_PLUS  # the stop words abstention's features use
 
     stop = frozenset(STOPWORDS_EN_PLUS)
-    tokens = [t for t in (t.strip(".,") for t in _TOKEN.findall(text)) if t]
+    tokens = _tokens(text)
     n, capital, digit = shape
 
     def fits(window: list[str]) -> bool:
@@ -103,7 +108,7 @@ def echo_span(question: str, title: str, text: str, avoid, rng: random.Random) -
     asked = set(content_words(question))
     if title and asked & set(words(title)) and not avoid(title):
         return title
-    tokens = [t for t in (t.strip(".,") for t in _TOKEN.findall(text)) if t]
+    tokens = _tokens(text)
     spans = [" ".join(tokens[i: i + n]) for n in (1, 2, 3) for i in range(len(tokens) - n + 1)
              if asked & set(words(tokens[i]))]
     rng.shuffle(spans)
