@@ -14,6 +14,10 @@ wrong answer (a span of its own text shaped like a gold answer, or one that repe
 generator that guesses copies; or, for a passage without the answer, a gold answer it does not hold) and, when it
 holds a gold answer, once more with that answer. The gold labels no longer say "this WebQuestions passage holds
 no answer" where it says the answer in other words than the Freebase name; a wrong span is wrong either way.
+Such a judge pools the question and answer's tokens only (``--pooling first``: the answer's few tokens decide the
+label, and a mean over the whole passage drowned them, so that the first such judge, pooled over every token, learnt
+a constant), and its pairs are not weighted per set (``--no-balance``): each passage already gives one wrong answer
+and, when it holds one, a right one.
 
 The judge is the packaged MiniLM with rank-16 LoRA adapters on its attention and feed-forward layers and a linear
 head, trained with AdamW (learning rate 1e-3, 50 warm-up steps, then linear decay) for 2 epochs of 16 pairs, in
@@ -178,6 +182,9 @@ def main(argv=None) -> None:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--reads-answer", action="store_true", help="train a judge that reads the answer too")
     p.add_argument("--limit", type=int, default=None, help="train on the first N pairs only (a quick check)")
+    p.add_argument("--pooling", choices=("mean", "first"), default=None,
+                   help="pool every token or the question (and answer) only; default: first with --reads-answer")
+    p.add_argument("--no-balance", action="store_true", help="do not weight each set's yes and no pairs alike")
     args = p.parse_args(argv)
     print_header()
     quiet()
@@ -198,12 +205,13 @@ def main(argv=None) -> None:
     if args.reads_answer:
         pairs = answer_pairs(pairs, training_rows(Path(args.data_dir)), args.seed)
     pairs = pairs[: args.limit] if args.limit else pairs
-    weight = balance(pairs)
+    weight = {key: 1.0 for key in balance(pairs)} if args.no_balance else balance(pairs)
+    pooling = args.pooling or ("first" if args.reads_answer else "mean")
     print(f"{len(pairs)} pairs; yes/no per set: "
           + ", ".join(f"{s} {sum(q['y'] for q in pairs if q['source'] == s)}/"
                       f"{sum(1 - q['y'] for q in pairs if q['source'] == s)}" for s in ("nq", "wq", "ct")), flush=True)
     torch.manual_seed(args.seed)
-    judge = PassageJudge.new(LoraSettings.from_dict(LORA), reads_answer=args.reads_answer)
+    judge = PassageJudge.new(LoraSettings.from_dict(LORA), reads_answer=args.reads_answer, pooling=pooling)
     judge.train()
     params = [t for t in judge.parameters() if t.requires_grad]
     optimizer = torch.optim.AdamW(params, lr=args.lr, weight_decay=0.0)
@@ -233,7 +241,8 @@ def main(argv=None) -> None:
     print(f"wrote {args.out}")
     print(json.dumps({"pairs": len(pairs), "steps": step, "last_loss": round(loss.item(), 4),
                       "seconds": round(time.perf_counter() - start, 1), "lora": LORA, "epochs": args.epochs,
-                      "reads_answer": args.reads_answer}))
+                      "reads_answer": args.reads_answer, "pooling": pooling, "lr": args.lr,
+                      "balanced": not args.no_balance}))
 
 
 if __name__ == "__main__":

@@ -7,11 +7,12 @@ rerankers do, so it sees whether the passage names what the question asks about.
 (:mod:`openbook.rag.abstain`) uses its best logit over the passages read as one of its features.
 
 It is the retriever's own encoder (the packaged all-MiniLM-L6-v2) with LoRA adapters on its linear layers and one
-linear head on the mean of its last hidden states, trained by ``scripts/train_judge.py`` on the training part of
-the default's questions (label: the passage contains an answer, DPR's ``has_answer``; for a judge that reads the
-answer, the answer is a gold answer the passage holds or a wrong one, see the script). The adapters and the head
-ship as one safetensors file with a JSON file beside it (:func:`openbook.models.weights.write_tensors`) naming the
-LoRA settings, the input length and whether it reads the answer; loading folds the adapters into the encoder's weights
+linear head on the mean of its last hidden states (of every token, or of the question and answer only), trained by
+``scripts/train_judge.py`` on the training part of the default's questions (label: the passage contains an answer,
+DPR's ``has_answer``; for a judge that reads the answer, the answer is a gold answer the passage holds or a wrong
+one, see the script). The adapters and the head ship as one safetensors file with a JSON file beside it
+(:func:`openbook.models.weights.write_tensors`) naming the LoRA settings, the input length, the pooling and whether
+it reads the answer; loading folds the adapters into the encoder's weights
 (:func:`openbook.models.adapters.merge_lora_tensors`), so judging costs what the plain encoder costs.
 """
 
@@ -32,23 +33,28 @@ from openbook.models.weights import read_tensors, write_tensors
 HEAD = ("head.weight", "head.bias")
 BATCH = 32  # pairs per forward pass when judging
 ANSWER_CUE = "answer:"  # between the question and the answer, for a judge that reads the answer
+POOLINGS = ("mean", "first")  # the mean of every token's last state, or of the first segment's (question, answer)
 
 
 class PassageJudge(torch.nn.Module):
     """``judge(questions, passages, answers)`` -> one logit per (question, passage) pair; :meth:`score` gives them
     without gradients. ``answers`` are read only by a judge that ``reads_answer``."""
 
-    def __init__(self, model: torch.nn.Module, tokenizer, max_length: int = 256, reads_answer: bool = False):
+    def __init__(self, model: torch.nn.Module, tokenizer, max_length: int = 256, reads_answer: bool = False,
+                 pooling: str = "mean"):
         super().__init__()
         self.model, self.tokenizer, self.max_length = model, tokenizer, int(max_length)
         self.reads_answer = bool(reads_answer)
+        if pooling not in POOLINGS:
+            raise InputError(f"a passage judge pools {' or '.join(POOLINGS)}, not {pooling!r}")
+        self.pooling = pooling
         self.head = torch.nn.Linear(model.config.hidden_size, 1)
 
     @classmethod
     def new(cls, lora: LoraSettings, max_length: int = 256, base: str | Path | None = None,
-            reads_answer: bool = False) -> PassageJudge:
+            reads_answer: bool = False, pooling: str = "mean") -> PassageJudge:
         """An untrained judge on ``base`` (default: the packaged MiniLM) with LoRA adapters to train."""
-        judge = cls(*_base(base), max_length=max_length, reads_answer=reads_answer)
+        judge = cls(*_base(base), max_length=max_length, reads_answer=reads_answer, pooling=pooling)
         add_lora(judge.model, lora)
         judge.lora = lora
         return judge
@@ -63,7 +69,11 @@ class PassageJudge(torch.nn.Module):
         reads_answer = data.get("reads_answer", False)
         if not isinstance(reads_answer, bool):
             raise InputError(f"{path}: 'reads_answer' must be true or false, got {reads_answer!r}")
-        judge = cls(*_base(base), max_length=int(data.get("max_length", 256)), reads_answer=reads_answer)
+        pooling = data.get("pooling", "mean")
+        if pooling not in POOLINGS:
+            raise InputError(f"{path}: 'pooling' must be one of {', '.join(POOLINGS)}, got {pooling!r}")
+        judge = cls(*_base(base), max_length=int(data.get("max_length", 256)), reads_answer=reads_answer,
+                    pooling=pooling)
         rest = merge_lora_tensors(judge.model, tensors, LoraSettings.from_dict(data["lora"]))
         if set(rest) != set(HEAD):
             raise InputError(f"{path} is not a passage judge: it must hold the adapters and {', '.join(HEAD)}")
@@ -76,13 +86,15 @@ class PassageJudge(torch.nn.Module):
         tensors = {name: t for name, t in self.state_dict().items() if "lora_" in name or name in HEAD}
         tensors = {name.removeprefix("model."): t for name, t in tensors.items()}
         write_tensors(path, tensors, {"lora": self.lora.to_dict(), "max_length": self.max_length,
-                                      "reads_answer": self.reads_answer})
+                                      "reads_answer": self.reads_answer, "pooling": self.pooling})
 
     def forward(self, questions: Sequence[str], passages: Sequence[tuple[str, str]],
                 answers: Sequence[str] | None = None) -> torch.Tensor:
         """Logits ``(n,)`` of the n pairs ``questions[i]`` and ``passages[i] = (title, text)``, read as "question
         [SEP] title. text", or "question answer: answers[i] [SEP] title. text" by a judge that reads the answer
-        (the passage cut to fit ``max_length`` tokens)."""
+        (the passage cut to fit ``max_length`` tokens). The logit reads the mean of the last hidden states of every
+        token, or with ``pooling="first"`` of the first segment's only (the question and its answer, which then
+        carry the passage in through attention: a few answer tokens are not lost in a mean over the passage)."""
         joined = [f"{title}. {text}" if title.strip() else text for title, text in passages]
         firsts = list(questions)
         if self.reads_answer:
@@ -93,7 +105,10 @@ class PassageJudge(torch.nn.Module):
         features = [{key: encoded[key][i] for key in encoded} for i in range(len(joined))]
         batch = pad_features(features, self.tokenizer.pad_token_id or 0)
         states = self.model(**batch).last_hidden_state.float()  # pooled and judged in float32 whatever the dtype
-        hidden = pool(SimpleNamespace(last_hidden_state=states), batch["attention_mask"], "mean")
+        mask = batch["attention_mask"]
+        if self.pooling == "first":
+            mask = mask * (batch["token_type_ids"] == 0)
+        hidden = pool(SimpleNamespace(last_hidden_state=states), mask, "mean")
         return self.head(hidden).squeeze(-1)
 
     @torch.no_grad()

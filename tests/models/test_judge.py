@@ -42,7 +42,7 @@ def test_saved_and_loaded_it_gives_the_same_logits(judge, tmp_path):
         before = model(["capital of france ?"] * 3, PASSAGES)
     model.save(tmp_path / "judge.safetensors")
     data = json.loads((tmp_path / "judge.json").read_text())
-    assert data == {"lora": LORA.to_dict(), "max_length": 48, "reads_answer": False}
+    assert data == {"lora": LORA.to_dict(), "max_length": 48, "reads_answer": False, "pooling": "mean"}
     loaded = PassageJudge.load(tmp_path / "judge.safetensors", base=base)
     after = loaded.score(["capital of france ?"] * 3, PASSAGES)
     assert not any(t.requires_grad and "lora_" in n for n, t in loaded.named_parameters())  # folded, no adapters
@@ -108,4 +108,37 @@ def test_a_judge_file_with_a_bad_reads_answer_flag_is_refused(judge, tmp_path):
     data = json.loads((tmp_path / "judge.json").read_text())
     (tmp_path / "judge.json").write_text(json.dumps(dict(data, reads_answer="yes")))
     with pytest.raises(InputError, match="reads_answer"):
+        PassageJudge.load(tmp_path / "judge.safetensors", base=base)
+
+
+def test_a_judge_pooling_the_first_segment_reads_only_the_question_and_answer_states(tmp_path):
+    base = save_bert(tmp_path / "bert")
+    torch.manual_seed(3)
+    model = PassageJudge.new(LORA, max_length=48, base=base, reads_answer=True, pooling="first").eval()
+    question, passage, answer = "capital of france ?", PASSAGES[0], "paris"
+    encoded = model.tokenizer([f"{question} answer: {answer}"], [f"{passage[0]}. {passage[1]}"],
+                              return_tensors="pt")
+    with torch.no_grad():
+        states = model.model(**encoded).last_hidden_state[0]
+        first = encoded["token_type_ids"][0] == 0
+        expected = model.head(states[first].mean(0)).item()
+        every = model.head(states.mean(0)).item()
+    logit = model.score([question], [passage], [answer])[0]
+    assert logit == pytest.approx(expected, abs=1e-4)
+    assert expected != pytest.approx(every, abs=1e-4)  # the passage's own states are not pooled
+    model.save(tmp_path / "judge.safetensors")
+    assert json.loads((tmp_path / "judge.json").read_text())["pooling"] == "first"
+    loaded = PassageJudge.load(tmp_path / "judge.safetensors", base=base)
+    assert loaded.pooling == "first" and loaded.score([question], [passage], [answer])[0] == pytest.approx(
+        logit, abs=1e-4)
+
+
+def test_a_judge_with_an_unknown_pooling_is_refused(judge, tmp_path):
+    model, base = judge
+    with pytest.raises(InputError, match="pools mean or first"):
+        PassageJudge.new(LORA, max_length=48, base=base, pooling="max")
+    model.save(tmp_path / "judge.safetensors")
+    data = json.loads((tmp_path / "judge.json").read_text())
+    (tmp_path / "judge.json").write_text(json.dumps(dict(data, pooling="cls")))
+    with pytest.raises(InputError, match="'pooling' must be one of mean, first"):
         PassageJudge.load(tmp_path / "judge.safetensors", base=base)
