@@ -286,7 +286,7 @@ class Encoder(torch.nn.Module):
         if compile:
             model = self._compiled_model(dtype)
         else:
-            model = self._int8_model() if dtype == "int8" else self.model
+            model = {"int8": self._int8_model, "bfloat16": self._bfloat16_model}.get(dtype, lambda: self.model)()
         with self._inference(dtype):
             for batch in _progress(batches, progress):
                 rows = [features[i] for i in batch]
@@ -320,6 +320,14 @@ class Encoder(torch.nn.Module):
 
         resolve_dtype("int8", self.device.type)
         return self._model_copy(("int8",), quantize_int8)
+
+    def _bfloat16_model(self) -> torch.nn.Module:
+        """A copy of the model with its linear layers' weights in bfloat16 for ``dtype="bfloat16"`` encoding
+        (:func:`openbook.models.precision.bfloat16_linears`, kept by :meth:`_model_copy`): autocast's results
+        without casting the weights at every batch."""
+        from openbook.models.precision import bfloat16_linears
+
+        return self._model_copy(("bfloat16",), bfloat16_linears)
 
     def _compiled_model(self, dtype: str) -> torch.nn.Module:
         """A compiled copy of the model for ``dtype`` (:func:`openbook.models.precision.compile_for_inference`,

@@ -74,6 +74,16 @@ def quantize_int8(model: nn.Module) -> nn.Module:
         return quantize_dynamic(model, spec, dtype=torch.qint8, inplace=True)
 
 
+def bfloat16_linears(model: nn.Module) -> nn.Module:
+    """``model`` with every ``nn.Linear``'s weight and bias cast to bfloat16, in place: under bfloat16 autocast a
+    linear layer casts its float32 weights at every call, and these it finds cast already, so the layer's results
+    are the same and the copies go. Normalisation and embeddings stay float32. For inference under autocast."""
+    for module in model.modules():
+        if type(module) is nn.Linear:
+            module.to(torch.bfloat16)
+    return model
+
+
 def compile_for_inference(model: nn.Module, dtype: str):
     """``model`` (changed in place: pass a copy) compiled by TorchInductor for inference in ``dtype``.
 

@@ -201,6 +201,22 @@ def test_bfloat16_encoding_is_close_to_float32(bert):
     assert np.min(np.sum(fp32 * bf16, axis=1)) > 0.99
 
 
+def test_bfloat16_encoding_casts_the_linear_weights_once_with_autocasts_results(bert, monkeypatch):
+    encoder = Encoder(*bert, pooling="mean", normalize=True)
+    once = encoder.encode_passages(PASSAGES, dtype="bfloat16")
+    copy = encoder._bfloat16_model()
+    linears = [m for m in copy.modules() if type(m) is torch.nn.Linear]
+    assert linears and {m.weight.dtype for m in linears} == {torch.bfloat16}
+    assert {p.dtype for p in encoder.model.parameters()} == {torch.float32}  # the encoder's own weights stay
+    with monkeypatch.context() as patch:  # autocast casting the float32 weights at every call, as before
+        patch.setattr(encoder, "_bfloat16_model", lambda: encoder.model)
+        every_call = encoder.encode_passages(PASSAGES, dtype="bfloat16")
+    np.testing.assert_array_equal(once, every_call)
+    with torch.no_grad():  # a weight changed in place (training q(x)) makes a new copy
+        next(encoder.model.parameters()).add_(0.5)
+    assert encoder._bfloat16_model() is not copy
+
+
 @pytest.mark.slow
 def test_packaged_minilm_gives_unit_384_vectors_and_ranks_similar_text_higher():
     encoder = load_encoder("minilm")
