@@ -62,5 +62,5 @@ PRESETS = {preset.name: preset for preset in (INTERACTIVE, PAPER)}
 # shipped default (stored in its run.json), by `PYTHONPATH=. python bench/abstention.py` (docs/results.md,
 # "Abstention").
 ABSTAIN_SIGNAL = "combined"
-ABSTAIN_WEIGHTS = {"top_score": 7.4439, "logprob": 2.3228, "support": 0.7207, "words": -0.1533, "coverage": -1.165,
-                   "judge": 0.0568, "judge_answer": 0.5544}
+ABSTAIN_WEIGHTS = {"top_score": 6.1155, "logprob": 1.8012, "support": 1.2758, "words": -0.0723, "coverage": 0.3204,
+                   "judge": 0.7472}
