@@ -20,12 +20,14 @@ a constant), and its pairs are not weighted per set (``--no-balance``): each pas
 and, when it holds one, a right one.
 
 The judge is the packaged MiniLM with rank-16 LoRA adapters on its attention and feed-forward layers and a linear
-head, trained with AdamW (learning rate 1e-3, 50 warm-up steps, then linear decay) for 2 epochs of 16 pairs, in
-bfloat16 autocast, and written to ``openbook/data/default/judge.safetensors`` (with ``judge.json``). The pairs
-are cached in ``--work``.
+head, trained with AdamW (by default learning rate 1e-3, 50 warm-up steps, then linear decay, 2 epochs of 16 pairs)
+in bfloat16 autocast, and written to ``--out`` (default ``openbook/data/default/judge.safetensors``, with
+``judge.json``). The shipped judge (session 18) is the one that reads the answer, trained by the second command
+below. The pairs are cached in ``--work``.
 
 Usage:  OMP_NUM_THREADS=2 PYTHONPATH=. python scripts/train_judge.py [--data-dir ../shared/data] [--work DIR]
-        [--out openbook/data/default/judge.safetensors]
+        [--out FILE] [--reads-answer] [--pooling mean|first] [--no-balance] [--lr 1e-3] [--epochs 2] [--limit N]
+        the shipped judge: ... scripts/train_judge.py --reads-answer --no-balance --lr 3e-4 --epochs 1
 
 Ends with one JSON line (pairs, steps, last loss, seconds).
 """

@@ -47,6 +47,9 @@ class PassageJudge(torch.nn.Module):
         self.reads_answer = bool(reads_answer)
         if pooling not in POOLINGS:
             raise InputError(f"a passage judge pools {' or '.join(POOLINGS)}, not {pooling!r}")
+        if pooling == "first" and "token_type_ids" not in getattr(tokenizer, "model_input_names", ()):
+            raise InputError("a passage judge pooling 'first' needs a base whose tokenizer marks the two segments "
+                             "(token_type_ids, as BERT's); use pooling 'mean'")
         self.pooling = pooling
         self.head = torch.nn.Linear(model.config.hidden_size, 1)
 

@@ -137,6 +137,10 @@ def test_a_judge_with_an_unknown_pooling_is_refused(judge, tmp_path):
     model, base = judge
     with pytest.raises(InputError, match="pools mean or first"):
         PassageJudge.new(LORA, max_length=48, base=base, pooling="max")
+    untyped = PassageJudge.__new__(PassageJudge)  # a base whose tokenizer gives no segment ids
+    with pytest.raises(InputError, match="token_type_ids"):
+        PassageJudge.__init__(untyped, model.model, type("T", (), {"model_input_names": ["input_ids"]})(),
+                              pooling="first")
     model.save(tmp_path / "judge.safetensors")
     data = json.loads((tmp_path / "judge.json").read_text())
     (tmp_path / "judge.json").write_text(json.dumps(dict(data, pooling="cls")))
