@@ -40,7 +40,7 @@ import random
 import re
 import sys
 import time
-from collections import Counter
+from collections import Counter, defaultdict
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -48,6 +48,8 @@ sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "bench"))
 from _abstention_sets import other_parts, retrieve_all  # noqa: E402
 from _common import nq_split, print_header, quiet  # noqa: E402
+
+from openbook.models.judge import POOLINGS  # noqa: E402
 
 LORA = {"r": 16, "alpha": 32, "dropout": 0.0, "target_modules": ["query", "key", "value", "dense"]}
 
@@ -172,6 +174,13 @@ def balance(pairs: list[dict]) -> dict[tuple[str, int], float]:
     return {(s, y): (counts[(s, 0)] + counts[(s, 1)]) / (2 * counts[(s, y)]) for s, y in counts}
 
 
+def settings(pairs: list[dict], reads_answer: bool, pooling: str | None, balanced: bool):
+    """(weight of each (set, label), pooling) of a run: balanced per set unless told not, and a judge that reads
+    the answer pools its question and answer (``first``) unless told otherwise, any other every token."""
+    weight = balance(pairs) if balanced else defaultdict(lambda: 1.0)
+    return weight, pooling or ("first" if reads_answer else "mean")
+
+
 def main(argv=None) -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--data-dir", default=str(REPO.parent / "shared" / "data"))
@@ -184,7 +193,7 @@ def main(argv=None) -> None:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--reads-answer", action="store_true", help="train a judge that reads the answer too")
     p.add_argument("--limit", type=int, default=None, help="train on the first N pairs only (a quick check)")
-    p.add_argument("--pooling", choices=("mean", "first"), default=None,
+    p.add_argument("--pooling", choices=POOLINGS, default=None,
                    help="pool every token or the question (and answer) only; default: first with --reads-answer")
     p.add_argument("--no-balance", action="store_true", help="do not weight each set's yes and no pairs alike")
     args = p.parse_args(argv)
@@ -207,8 +216,7 @@ def main(argv=None) -> None:
     if args.reads_answer:
         pairs = answer_pairs(pairs, training_rows(Path(args.data_dir)), args.seed)
     pairs = pairs[: args.limit] if args.limit else pairs
-    weight = {key: 1.0 for key in balance(pairs)} if args.no_balance else balance(pairs)
-    pooling = args.pooling or ("first" if args.reads_answer else "mean")
+    weight, pooling = settings(pairs, args.reads_answer, args.pooling, not args.no_balance)
     print(f"{len(pairs)} pairs; yes/no per set: "
           + ", ".join(f"{s} {sum(q['y'] for q in pairs if q['source'] == s)}/"
                       f"{sum(1 - q['y'] for q in pairs if q['source'] == s)}" for s in ("nq", "wq", "ct")), flush=True)

@@ -285,8 +285,12 @@ class Encoder(torch.nn.Module):
         dtype = dtype or self.compute_dtype
         if compile:
             model = self._compiled_model(dtype)
+        elif dtype == "int8":
+            model = self._int8_model()
+        elif dtype == "bfloat16":
+            model = self._bfloat16_model()
         else:
-            model = {"int8": self._int8_model, "bfloat16": self._bfloat16_model}.get(dtype, lambda: self.model)()
+            model = self.model
         with self._inference(dtype):
             for batch in _progress(batches, progress):
                 rows = [features[i] for i in batch]

@@ -33,6 +33,15 @@ def test_each_sets_yes_and_no_pairs_weigh_the_same(script):
     assert sum(weight[(p["source"], p["y"])] for p in pairs) == pytest.approx(len(pairs))
 
 
+def test_a_run_is_balanced_unless_told_and_an_answer_reading_judge_pools_the_question_and_answer(script):
+    pairs = [{"source": "nq", "y": 1}] + [{"source": "nq", "y": 0}] * 3
+    weight, pooling = script.settings(pairs, reads_answer=True, pooling=None, balanced=True)
+    assert weight == script.balance(pairs) and pooling == "first"
+    weight, pooling = script.settings(pairs, reads_answer=False, pooling=None, balanced=False)
+    assert [weight[(p["source"], p["y"])] for p in pairs] == [1.0] * 4 and pooling == "mean"
+    assert script.settings(pairs, reads_answer=True, pooling="mean", balanced=False)[1] == "mean"
+
+
 TEXT = ("The Eiffel Tower is a wrought-iron lattice tower in Paris, France. It was designed by Gustave Eiffel's "
         "company and built from 1887 to 1889 as the entrance to the 1889 World's Fair.")
 
