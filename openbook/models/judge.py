@@ -26,8 +26,8 @@ import torch
 
 from openbook.errors import InputError
 from openbook.models.adapters import LoraSettings, add_lora, merge_lora_tensors
-from openbook.models.encoders import pad_features, pool
 from openbook.models.precision import TORCH_DTYPES
+from openbook.models.tensors import pad_features, pool
 from openbook.models.weights import read_tensors, write_tensors
 
 HEAD = ("head.weight", "head.bias")

@@ -12,7 +12,7 @@ from transformers import AutoTokenizer, BertModel, DPRContextEncoder, DPRQuestio
 
 from openbook.errors import InputError, ModelLoadError
 from openbook.models import Encoder, load_encoder
-from openbook.models.encoders import weights_fingerprint
+from openbook.models.tensors import weights_fingerprint
 from tiny_encoders import save_bert, save_dpr, save_sentence_transformers
 from tolerance import model_tolerance, tolerance
 
