@@ -168,6 +168,58 @@ def answer_pairs(pairs: list[dict], rows: list[dict], seed: int) -> list[dict]:
     return out
 
 
+def own_answers(rows: list[dict], work: Path, k: int, batch_size: int, group: int = 324) -> list[dict]:
+    """The shipped default's own answers to ``rows``, as ``{row, answer, passages}`` (its top ``k`` as
+    ``(score, p, title, text)``): WebQuestions' and CuratedTrec's asked of the demo book, which mostly lacks their
+    answers (the absent kind of ``bench/abstention.py``), and NQ's asked, ``group`` at a time, of a copy of the book
+    without the passages holding their answers (its deleted-answer kind; questions whose answers are in more than 50
+    passages left out). Answers are cached in ``work`` as the bench caches its own, so a killed run resumes."""
+    from _abstention_sets import answer_all, book_without, holding_rows
+
+    from openbook.rag import RAG
+
+    rag = RAG.load()
+    full = rag.kb
+    other = [r for r in rows if r["source"] != "nq"]
+    asked = [(other, full, work / "own-answers.jsonl")]
+    nq = [r for r in rows if r["source"] == "nq"]
+    held = holding_rows(full, nq)
+    for n, start in enumerate(range(0, len(nq), group)):
+        kept = [r for r in nq[start: start + group] if 0 < len(held[r["question"]]) <= 50]
+        book = book_without(full, set().union(*(held[r["question"]] for r in kept)), work / f"book-without-train-{n}")
+        asked.append((kept, book, work / f"own-answers-without-{n}.jsonl"))
+    out = []
+    for part, book, cache in asked:
+        rag.use_knowledge_base(book)
+        passages = retrieve_all(rag, part, k)
+        got = answer_all(rag, part, cache, k, batch_size, cached_only=False)
+        out += [{"row": r, "answer": got[r["question"]]["answer"], "passages": passages[r["question"]]} for r in part]
+    rag.use_knowledge_base(full)
+    return out
+
+
+def own_answer_pairs(answers: list[dict]) -> list[dict]:
+    """Pairs of :func:`own_answers`: each answer with the passages that hold it (and the top one), labelled yes only
+    where the answer is right and the passage holds it. The errors the judge must catch, as the generator makes them:
+    a span of a passage on the subject that is not the answer."""
+    from _abstention_sets import right
+
+    from openbook.eval.retrieval import answer_in_passage
+
+    out = []
+    for got in answers:
+        row, answer = got["row"], got["answer"].strip()
+        if not answer:
+            continue
+        ok = right(row, answer)
+        for i, (_, _, title, text) in enumerate(got["passages"]):
+            holds = answer_in_passage(text, [answer])
+            if holds or i == 0:
+                out.append({"question": row["question"], "title": title, "text": text, "source": row["source"],
+                            "answer": answer, "y": int(ok and holds), "own": True})
+    return out
+
+
 def balance(pairs: list[dict]) -> dict[tuple[str, int], float]:
     """Weights giving each set's yes and no pairs equal total weight."""
     counts = Counter((p["source"], p["y"]) for p in pairs)
@@ -196,7 +248,11 @@ def main(argv=None) -> None:
     p.add_argument("--pooling", choices=POOLINGS, default=None,
                    help="pool every token or the question (and answer) only; default: first with --reads-answer")
     p.add_argument("--no-balance", action="store_true", help="do not weight each set's yes and no pairs alike")
+    p.add_argument("--own-answers", action="store_true",
+                   help="with --reads-answer, add the default's own answers to its training questions (asked once)")
     args = p.parse_args(argv)
+    if args.own_answers and not args.reads_answer:
+        p.error("--own-answers needs --reads-answer: its pairs are answers")
     print_header()
     quiet()
     import torch
@@ -215,6 +271,8 @@ def main(argv=None) -> None:
     pairs = [json.loads(line) for line in cached.read_text(encoding="utf-8").splitlines()]
     if args.reads_answer:
         pairs = answer_pairs(pairs, training_rows(Path(args.data_dir)), args.seed)
+        if args.own_answers:
+            pairs += own_answer_pairs(own_answers(training_rows(Path(args.data_dir)), work, args.k, 8))
     pairs = pairs[: args.limit] if args.limit else pairs
     weight, pooling = settings(pairs, args.reads_answer, args.pooling, not args.no_balance)
     print(f"{len(pairs)} pairs; yes/no per set: "
@@ -252,7 +310,7 @@ def main(argv=None) -> None:
     print(json.dumps({"pairs": len(pairs), "steps": step, "last_loss": round(loss.item(), 4),
                       "seconds": round(time.perf_counter() - start, 1), "lora": LORA, "epochs": args.epochs,
                       "reads_answer": args.reads_answer, "pooling": pooling, "lr": args.lr,
-                      "balanced": not args.no_balance}))
+                      "balanced": not args.no_balance, "own_answers": args.own_answers}))
 
 
 if __name__ == "__main__":

@@ -82,3 +82,28 @@ def test_answer_pairs_hold_the_gold_answer_or_a_wrong_one(script):
             is_gold = answer_in_passage(p["answer"], row["answers"], row["mode"])
             assert p["y"] == (is_gold and answer_in_passage(p["text"], [p["answer"]]))
         assert sum(not p["y"] for p in out) == 3  # one wrong answer for every passage
+
+
+def test_own_answer_pairs_are_yes_only_where_the_answer_is_right_and_the_passage_holds_it(script):
+    def got(answers, mode, answer, texts):
+        return {"row": {"question": "who q?", "answers": answers, "mode": mode, "source": "wq"}, "answer": answer,
+                "passages": [(1.0, 0.5, f"T{i}", text) for i, text in enumerate(texts)]}
+
+    texts = ["Nothing here.", "It was Ada Lovelace who wrote it.", "Ada Lovelace again."]
+    pairs = script.own_answer_pairs([got(["Ada Lovelace"], "dpr", "Ada Lovelace", texts)])
+    # the passages holding the answer, and the top one though it does not
+    assert [(p["title"], p["y"]) for p in pairs] == [("T0", 0), ("T1", 1), ("T2", 1)]
+    assert all(p["answer"] == "Ada Lovelace" and p["source"] == "wq" for p in pairs)
+    # a wrong answer the passages hold is no everywhere; a regex row is right by its pattern
+    wrong = script.own_answer_pairs([got(["Babbage"], "dpr", "Ada Lovelace", texts)])
+    assert [(p["title"], p["y"]) for p in wrong] == [("T0", 0), ("T1", 0), ("T2", 0)]
+    regex = script.own_answer_pairs([got(["Ada\\s+Lovelace"], "regex", "Ada Lovelace", texts[1:])])
+    assert [p["y"] for p in regex] == [1, 1]
+    # an empty answer gives no pair
+    assert script.own_answer_pairs([got(["x"], "dpr", " ", texts)]) == []
+
+
+def test_own_answers_need_an_answer_reading_judge(script, capsys):
+    with pytest.raises(SystemExit):
+        script.main(["--own-answers"])
+    assert "--own-answers needs --reads-answer" in capsys.readouterr().err
