@@ -19,6 +19,12 @@ label, and a mean over the whole passage drowned them, so that the first such ju
 a constant), and its pairs are not weighted per set (``--no-balance``): each passage already gives one wrong answer
 and, when it holds one, a right one.
 
+With ``--own-answers`` (and ``--reads-answer``) the pairs also hold the shipped default's own answers to the same
+questions (:func:`own_answers`): WebQuestions' and CuratedTrec's asked of the demo book, NQ's of copies without the
+passages holding their answers, each answer paired with the passages that hold it and the top one, yes only where it
+is right and the passage holds it. These are the errors the judge must catch as the generator makes them; the
+answers are cached in ``--work``, so a killed run resumes.
+
 The judge is the packaged MiniLM with rank-16 LoRA adapters on its attention and feed-forward layers and a linear
 head, trained with AdamW (by default learning rate 1e-3, 50 warm-up steps, then linear decay, 2 epochs of 16 pairs)
 in bfloat16 autocast, and written to ``--out`` (default ``openbook/data/default/judge.safetensors``, with
@@ -26,7 +32,8 @@ in bfloat16 autocast, and written to ``--out`` (default ``openbook/data/default/
 below. The pairs are cached in ``--work``.
 
 Usage:  OMP_NUM_THREADS=2 PYTHONPATH=. python scripts/train_judge.py [--data-dir ../shared/data] [--work DIR]
-        [--out FILE] [--reads-answer] [--pooling mean|first] [--no-balance] [--lr 1e-3] [--epochs 2] [--limit N]
+        [--out FILE] [--reads-answer] [--pooling mean|first] [--no-balance] [--own-answers] [--lr 1e-3]
+        [--epochs 2] [--limit N]
         the shipped judge: ... scripts/train_judge.py --reads-answer --no-balance --lr 3e-4 --epochs 1
 
 Ends with one JSON line (pairs, steps, last loss, seconds).
