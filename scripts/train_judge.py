@@ -223,7 +223,7 @@ def own_answer_pairs(answers: list[dict]) -> list[dict]:
             holds = answer_in_passage(text, [answer])
             if holds or i == 0:
                 out.append({"question": row["question"], "title": title, "text": text, "source": row["source"],
-                            "answer": answer, "y": int(ok and holds), "own": True})
+                            "answer": answer, "y": int(ok and holds)})
     return out
 
 
