@@ -175,12 +175,13 @@ def answer_pairs(pairs: list[dict], rows: list[dict], seed: int) -> list[dict]:
     return out
 
 
-def own_answers(rows: list[dict], work: Path, k: int, batch_size: int, group: int = 324) -> list[dict]:
+def own_answers(rows: list[dict], work: Path, k: int, batch_size: int, group: int = 324,
+                max_passages: int = 50) -> list[dict]:
     """The shipped default's own answers to ``rows``, as ``{row, answer, passages}`` (its top ``k`` as
     ``(score, p, title, text)``): WebQuestions' and CuratedTrec's asked of the demo book, which mostly lacks their
     answers (the absent kind of ``bench/abstention.py``), and NQ's asked, ``group`` at a time, of a copy of the book
-    without the passages holding their answers (its deleted-answer kind; questions whose answers are in more than 50
-    passages left out). Answers are cached in ``work`` as the bench caches its own, so a killed run resumes."""
+    without the passages holding their answers (its deleted-answer kind; questions whose answers are in more than
+    ``max_passages`` passages left out, as the bench leaves them out). Answers are cached in ``work`` as the bench caches its own, so a killed run resumes."""
     from _abstention_sets import answer_all, book_without, holding_rows
 
     from openbook.rag import RAG
@@ -192,7 +193,7 @@ def own_answers(rows: list[dict], work: Path, k: int, batch_size: int, group: in
     nq = [r for r in rows if r["source"] == "nq"]
     held = holding_rows(full, nq)
     for n, start in enumerate(range(0, len(nq), group)):
-        kept = [r for r in nq[start: start + group] if 0 < len(held[r["question"]]) <= 50]
+        kept = [r for r in nq[start: start + group] if 0 < len(held[r["question"]]) <= max_passages]
         book = book_without(full, set().union(*(held[r["question"]] for r in kept)), work / f"book-without-train-{n}")
         asked.append((kept, book, work / f"own-answers-without-{n}.jsonl"))
     out = []
@@ -201,7 +202,6 @@ def own_answers(rows: list[dict], work: Path, k: int, batch_size: int, group: in
         passages = retrieve_all(rag, part, k)
         got = answer_all(rag, part, cache, k, batch_size, cached_only=False)
         out += [{"row": r, "answer": got[r["question"]]["answer"], "passages": passages[r["question"]]} for r in part]
-    rag.use_knowledge_base(full)
     return out
 
 
@@ -271,15 +271,15 @@ def main(argv=None) -> None:
     work = Path(args.work) if args.work else cache_dir() / "judge"
     work.mkdir(parents=True, exist_ok=True)
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)  # before training, not after it
-    cached = work / f"pairs-k{args.k}.jsonl"
+    cached, rows = work / f"pairs-k{args.k}.jsonl", training_rows(Path(args.data_dir))
     if not cached.exists():
-        pairs = make_pairs(training_rows(Path(args.data_dir)), args.k)
+        pairs = make_pairs(rows, args.k)
         cached.write_text("".join(json.dumps(pair, ensure_ascii=False) + "\n" for pair in pairs), encoding="utf-8")
     pairs = [json.loads(line) for line in cached.read_text(encoding="utf-8").splitlines()]
     if args.reads_answer:
-        pairs = answer_pairs(pairs, training_rows(Path(args.data_dir)), args.seed)
+        pairs = answer_pairs(pairs, rows, args.seed)
         if args.own_answers:
-            pairs += own_answer_pairs(own_answers(training_rows(Path(args.data_dir)), work, args.k, 8))
+            pairs += own_answer_pairs(own_answers(rows, work, args.k, 8))
     pairs = pairs[: args.limit] if args.limit else pairs
     weight, pooling = settings(pairs, args.reads_answer, args.pooling, not args.no_balance)
     print(f"{len(pairs)} pairs; yes/no per set: "
