@@ -179,17 +179,18 @@ def book_without(kb, ids: set[str], out: Path):
     return KnowledgeBase.load(out)
 
 
-def without_answers(rag, rows: list[dict], name: str, work: Path, k: int, batch_size: int, max_passages: int,
-                    cached_only: bool) -> tuple[dict[str, dict], dict]:
-    """The deleted-answer questions of ``rows`` (module docs), asked of their book (``work/book-without-NAME``)
-    as `ask` asks: ``(question -> its abstention features, counts)``. ``rag`` gets its book back after."""
-    from openbook.rag.abstain import abstain_features
-
+def ask_without(rag, rows: list[dict], name: str, work: Path, k: int, batch_size: int, max_passages: int,
+                cached_only: bool) -> dict:
+    """The deleted-answer questions of ``rows`` (module docs) asked of their book (``work/book-without-NAME``) as
+    `ask` asks: ``{"kept", "deleted", "book", "answers", "passages", "leaked"}`` (the rows kept, the passage ids
+    deleted, the book, the cached answers, the judged top k and the questions whose top k still hold an answer, a
+    bug if any). ``rag`` gets its book back after."""
     full = rag.kb
     held = holding_rows(full, rows)
     kept = [r for r in rows if 0 < len(held[r["question"]]) <= max_passages]
     deleted = set().union(*(held[r["question"]] for r in kept))
-    rag.use_knowledge_base(book_without(full, deleted, work / f"book-without-{name}"))
+    book = book_without(full, deleted, work / f"book-without-{name}")
+    rag.use_knowledge_base(book)
     try:
         passages = retrieve_all(rag, kept, k)
         got = answer_all(rag, kept, work / f"answers-without-{name}.jsonl", k, batch_size, cached_only)
@@ -197,10 +198,22 @@ def without_answers(rag, rows: list[dict], name: str, work: Path, k: int, batch_
                              work / f"judged-without-{name}.json")
     finally:
         rag.use_knowledge_base(full)
-    leaked = {r["question"] for r in kept if has_answer(r, passages[r["question"]])}  # a bug if any
+    leaked = {r["question"] for r in kept if has_answer(r, passages[r["question"]])}
+    return {"kept": kept, "deleted": deleted, "book": book, "answers": got, "passages": passages, "leaked": leaked}
+
+
+def without_answers(rag, rows: list[dict], name: str, work: Path, k: int, batch_size: int, max_passages: int,
+                    cached_only: bool) -> tuple[dict[str, dict], dict]:
+    """The deleted-answer questions of ``rows`` (:func:`ask_without`): ``(question -> its abstention features,
+    counts)``."""
+    from openbook.rag.abstain import abstain_features
+
+    asked = ask_without(rag, rows, name, work, k, batch_size, max_passages, cached_only)
+    kept, got, passages, leaked = asked["kept"], asked["answers"], asked["passages"], asked["leaked"]
     feats = {r["question"]: abstain_features(r["question"], got[r["question"]]["answer"], passages[r["question"]],
                                              got[r["question"]]["logprob"])
              for r in kept if r["question"] in got and r["question"] not in leaked}
-    counts = {"questions": len(rows), "kept": len(kept), "deleted_passages": len(deleted), "leaked": len(leaked),
+    counts = {"questions": len(rows), "kept": len(kept), "deleted_passages": len(asked["deleted"]),
+              "leaked": len(leaked),
               "right_anyway": sum(right(r, got[r["question"]]["answer"]) for r in kept if r["question"] in feats)}
     return feats, counts
