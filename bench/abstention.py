@@ -208,8 +208,10 @@ def by_kind(rates: list[float], kinds: list[str]) -> dict[str, float]:
     return out
 
 
-def main(argv=None) -> None:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def set_arguments(description: str) -> argparse.ArgumentParser:
+    """A parser with the options of the question sets and their cross-validation, which bench/abstention.py and
+    bench/abstention_signals.py share."""
+    p = argparse.ArgumentParser(description=description)
     p.add_argument("--data-dir", default=str(REPO.parent / "shared" / "data"), help="../shared/data's files")
     p.add_argument("--work", default=None, help="cache of answers (default: $OPENBOOK_CACHE/bench/abstention)")
     p.add_argument("--k", type=int, default=5)
@@ -218,6 +220,11 @@ def main(argv=None) -> None:
                    help="deleted-answer questions: leave out those whose answers are in more passages than this")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--rounds", type=int, default=20, help="two-fold splits of the development set per signal")
+    return p
+
+
+def main(argv=None) -> None:
+    p = set_arguments(__doc__.splitlines()[0])
     p.add_argument("--batch-size", type=int, default=8)
     p.add_argument("--nq-report", default=str(REPO / "docs" / "models" / "default" / "nq-fp32" / "report.json"),
                    help="the default's answers to the NQ fifth as the model card has them (a check of the cache)")

@@ -1,5 +1,7 @@
-"""Candidate abstention signals beyond the shipped ones: does anything else the retriever or the generator knows
-rank bench/abstention.py's questions better than the shipped signal?
+"""Candidate abstention signals beyond the shipped six, scored as bench/abstention.py scores its own.
+
+Does anything else the retriever or the generator knows rank bench/abstention.py's questions better than the
+shipped signal?
 
 The shipped signal (``combined-6`` of ``bench/abstention.py``) weighs six features of one answer and its k passages.
 This bench adds four groups of candidates and scores each with the same protocol, on the same sets and cached
@@ -33,7 +35,6 @@ It prints the CPU and ends with one JSON line of its figures.
 
 from __future__ import annotations
 
-import argparse
 import json
 import random
 import sys
@@ -46,7 +47,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 from _abstention_sets import answer_all, ask_without, has_answer, judge_all, load_fresh, load_sets, retrieve_all, right  # noqa: E402
 from _common import nq_split, print_header, quiet  # noqa: E402
-from abstention import SIGNALS, auc, by_kind, cross_validate, curve_points, share, signal_of  # noqa: E402
+from abstention import SIGNALS, auc, by_kind, cross_validate, curve_points, set_arguments, share, signal_of  # noqa: E402
 
 SHIPPED = SIGNALS["combined-6"]
 GROUPS = {"passages": ("gap", "entropy", "judge_lse", "judge_top", "holding", "in_title", "in_question"),
@@ -273,15 +274,8 @@ def lowest_right(items: list[dict], n: int) -> None:
 
 
 def main(argv=None) -> None:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--data-dir", default=str(REPO.parent / "shared" / "data"), help="../shared/data's files")
-    p.add_argument("--work", default=None, help="bench/abstention.py's cache (default: $OPENBOOK_CACHE/bench/abstention)")
-    p.add_argument("--k", type=int, default=5)
-    p.add_argument("--keep", type=float, default=0.97, help="share of development answerable to keep answering")
-    p.add_argument("--max-passages", type=int, default=50, help="as bench/abstention.py's")
+    p = set_arguments(__doc__.splitlines()[0])
     p.add_argument("--layer", type=int, default=22, help="the generator layer the probe reads")
-    p.add_argument("--rounds", type=int, default=20)
-    p.add_argument("--seed", type=int, default=0)
     p.add_argument("--limit", type=int, default=None, help="score only every n-th item (a quick check)")
     p.add_argument("--lowest", type=int, default=15, help="list this many right answers the shipped signal scores lowest")
     args = p.parse_args(argv)
