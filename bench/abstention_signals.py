@@ -232,9 +232,9 @@ def collect(rag, data_dir: Path, work: Path, k: int, max_passages: int) -> list[
     return items
 
 
-def evaluate(items: list[dict], names: dict[str, tuple[str, ...]], keep: float, rounds: int, seed: int) -> dict:
-    """Each candidate's cross-validated figures on the development items and, fitted on all of them, its test
-    AUC and abstention at 95% answered (module docs)."""
+def evaluate(items: list[dict], names: list[str], keep: float, rounds: int, seed: int) -> dict:
+    """Each candidate of ``names`` (in ``abstention.SIGNALS``): its cross-validated figures on the development
+    items and, fitted on all of them, its test AUC and abstention at 95% answered (module docs)."""
     dev_a = [it for it in items if it["split"] == "dev" and it["kind"] == "right"]
     dev_u = [it for it in items if it["split"] == "dev" and it["kind"] != "right"]
     test_a = [it["f"] for it in items if it["split"] == "test" and it["kind"] == "right"]
@@ -244,8 +244,7 @@ def evaluate(items: list[dict], names: dict[str, tuple[str, ...]], keep: float, 
     kinds = [it["kind"] for it in dev_u]
     a, u = [it["f"] for it in dev_a], [it["f"] for it in dev_u]
     out = {}
-    for name, features in names.items():
-        SIGNALS[name] = features
+    for name in names:
         kept_rates, rates = cross_validate(name, a, u, keep, rounds, seed, keys)
         score, _ = signal_of(name, a, u)
         out[name] = {"answered_right": round(share(kept_rates), 3), "abstain": by_kind(rates, kinds),
@@ -259,14 +258,15 @@ def evaluate(items: list[dict], names: dict[str, tuple[str, ...]], keep: float, 
 
 def lowest_right(items: list[dict], n: int) -> None:
     """Print the ``n`` development right answers that the shipped signal (fitted on the development set) scores
-    lowest, each with the passage it is in: what the threshold must keep to answer 95% of them."""
+    lowest, each with the best-scored passage that holds it (the top passage if none does): what the threshold must
+    keep to answer 95% of them."""
     from openbook.rag.abstain import _contains, words
 
     a = [it for it in items if it["split"] == "dev" and it["kind"] == "right"]
     score, _ = signal_of("shipped", [it["f"] for it in a],
                          [it["f"] for it in items if it["split"] == "dev" and it["kind"] != "right"])
     print(f"\nthe {n} development right answers the shipped signal scores lowest, with the best-scored passage "
-          "holding the answer:")
+          "holding the answer (the top passage if none does):")
     for it in sorted(a, key=lambda it: score(it["f"]))[:n]:
         holding = [p for p in it["passages"] if _contains(words(p[3]), words(it["answer"]))] or it["passages"]
         top = max(holding, key=lambda p: p[0])
@@ -301,7 +301,8 @@ def main(argv=None) -> None:
                    "lp_top": top, "lp_empty": empty, "lift": top - empty, "probe": float(logit)}
     names = {"shipped": SHIPPED, **{f"+ {g}": SHIPPED + f for g, f in GROUPS.items()},
              "+ all": SHIPPED + tuple(f for group in GROUPS.values() for f in group)}
-    figures = evaluate(items, names, args.keep, args.rounds, args.seed)
+    SIGNALS.update(names)  # the candidates, scored by bench/abstention.py's functions
+    figures = evaluate(items, list(names), args.keep, args.rounds, args.seed)
     shipped = figures["shipped"]
     print(f"\n{args.rounds} two-fold splits of the development set by question (threshold keeping {args.keep:.0%} "
           "of the fitting half's right answers); AUC in sample; test fitted on all of the development set:")
