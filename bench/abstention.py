@@ -123,11 +123,11 @@ def shipped_figures(threshold: float, answerable: list[dict], unanswerable: list
             "test_other_answered_right": round(share([score(f) >= threshold for f in answerable]), 3)}
 
 
-def folds(keys: list, seed: int) -> dict:
-    """Each distinct key -> 0 or 1, half of the keys each (seeded)."""
+def folds(keys: list, seed: int, n: int = 2) -> dict:
+    """Each distinct key -> its fold, 0 to ``n - 1``, the same share of the keys each (seeded)."""
     distinct = sorted(set(keys), key=str)
     random.Random(seed).shuffle(distinct)
-    return {key: i % 2 for i, key in enumerate(distinct)}
+    return {key: i % n for i, key in enumerate(distinct)}
 
 
 def threshold_keeping(scores: list[float], keep: float) -> float:

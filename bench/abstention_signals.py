@@ -36,7 +36,6 @@ It prints the CPU and ends with one JSON line of its figures.
 from __future__ import annotations
 
 import json
-import random
 import sys
 import time
 from pathlib import Path
@@ -47,7 +46,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 from _abstention_sets import answer_all, ask_without, has_answer, judge_all, load_fresh, load_sets, retrieve_all, right  # noqa: E402
 from _common import nq_split, print_header, quiet  # noqa: E402
-from abstention import SIGNALS, auc, by_kind, cross_validate, curve_points, set_arguments, share, signal_of  # noqa: E402
+from abstention import SIGNALS, auc, by_kind, cross_validate, curve_points, folds, set_arguments, share, signal_of  # noqa: E402
 
 SHIPPED = SIGNALS["combined-6"]
 GROUPS = {"passages": ("gap", "entropy", "judge_lse", "judge_top", "holding", "in_title", "in_question"),
@@ -76,7 +75,8 @@ def passage_features(question: str, answer: str, passages: list[tuple]) -> dict[
 def top100_features(scores: list[float]) -> dict[str, float]:
     """The ``top 100`` group from a question's top retrieval scores, best first."""
     s = np.asarray(scores, dtype=np.float64)
-    return {"spread": float(s.std()), "lead": float(s[0] - s[-1]), "z_score": float((s[0] - s.mean()) / (s.std() + 1e-9))}
+    return {"spread": float(s.std()), "lead": float(s[0] - s[-1]),
+            "z_score": float((s[0] - s.mean()) / (s.std() + 1e-9))}
 
 
 def ridge_direction(x: np.ndarray, y: np.ndarray, strength: float = 1.0) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -97,9 +97,7 @@ def probe_logits(hidden: np.ndarray, y: np.ndarray, dev: np.ndarray, keys: list,
     from the probe fitted on all of them for the rest."""
     out = np.zeros(len(hidden))
     dev_rows = np.flatnonzero(dev)
-    distinct = sorted({keys[i] for i in dev_rows}, key=str)
-    random.Random(seed).shuffle(distinct)
-    fold_of = {key: i % n_folds for i, key in enumerate(distinct)}
+    fold_of = folds([keys[i] for i in dev_rows], seed, n_folds)
     folds_ = np.array([fold_of[keys[i]] for i in dev_rows])
     for f in range(n_folds):
         fit, held = dev_rows[folds_ != f], dev_rows[folds_ == f]
@@ -127,7 +125,8 @@ def generator_pass(rag, items: list[dict], layer: int, batch_size: int = 8) -> t
         for s in range(0, len(items), batch_size):
             batch = items[s: s + batch_size]
             tops = [max(it["passages"], key=lambda p: p[0]) for it in batch]
-            passages = [[Passage(id="", title=t[2], text=t[3])] for t in tops] + [[Passage(id="", title="", text="")]] * len(batch)
+            empty = [[Passage(id="", title="", text="")]] * len(batch)
+            passages = [[Passage(id="", title=t[2], text=t[3])] for t in tops] + empty
             contexts = gen.contexts([it["question"] for it in batch] * 2, passages)
             targets, mask = gen.encode_targets([it["answer"] for it in batch] * 2)
             rows = []
@@ -155,7 +154,8 @@ def generator_pass(rag, items: list[dict], layer: int, batch_size: int = 8) -> t
                 if i < len(batch):
                     hidden[s + i] = states[i, width - 2].cpu().numpy()  # the answer's last token, predicting EOS
             if (s // batch_size) % 50 == 0:
-                print(f"  generator read {s + len(batch)}/{len(items)} ({time.perf_counter() - start:.0f} s)", flush=True)
+                print(f"  generator read {s + len(batch)}/{len(items)} ({time.perf_counter() - start:.0f} s)",
+                      flush=True)
     return lps, hidden
 
 
@@ -277,7 +277,8 @@ def main(argv=None) -> None:
     p = set_arguments(__doc__.splitlines()[0])
     p.add_argument("--layer", type=int, default=22, help="the generator layer the probe reads")
     p.add_argument("--limit", type=int, default=None, help="score only every n-th item (a quick check)")
-    p.add_argument("--lowest", type=int, default=15, help="list this many right answers the shipped signal scores lowest")
+    p.add_argument("--lowest", type=int, default=15,
+                   help="list this many right answers the shipped signal scores lowest")
     args = p.parse_args(argv)
     print_header()
     quiet()

@@ -181,7 +181,8 @@ def own_answers(rows: list[dict], work: Path, k: int, batch_size: int, group: in
     ``(score, p, title, text)``): WebQuestions' and CuratedTrec's asked of the demo book, which mostly lacks their
     answers (the absent kind of ``bench/abstention.py``), and NQ's asked, ``group`` at a time, of a copy of the book
     without the passages holding their answers (its deleted-answer kind; questions whose answers are in more than
-    ``max_passages`` passages left out, as the bench leaves them out). Answers are cached in ``work`` as the bench caches its own, so a killed run resumes."""
+    ``max_passages`` passages left out, as the bench leaves them out). Answers are cached in ``work`` as the bench
+    caches its own, so a killed run resumes."""
     from _abstention_sets import answer_all, book_without, holding_rows
 
     from openbook.rag import RAG
