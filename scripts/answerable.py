@@ -8,7 +8,11 @@ knowledge base that is most of WebQuestions and CuratedTrec (answer recall@5 23%
 answers the demo passages were never chosen to hold. DPR trained on the same sets the same way: "we
 discard questions for which no positive passage is found" (Karpukhin et al. 2020, section 5.1).
 
-Usage: python scripts/answerable.py IN.jsonl OUT.jsonl [--k 5] [--kb DIR]
+Usage: python scripts/answerable.py IN.jsonl OUT.jsonl [--k 5] [--kb DIR] [--abstain TEXT]
+
+``--abstain TEXT`` keeps the other side too, as training examples of abstention: the questions none of whose
+answers is in the title or text of any top-k passage, as many as the answerable ones at most, each with TEXT as
+its only answer (a question with only some answer elsewhere in the top k is left out: its label is unclear).
 
 IN holds ``{question, answers}`` lines; matching is DPR's has_answer on the answer strings the model is
 trained to write (the first answer of each line is its target). Prints one JSON line of counts.
@@ -25,17 +29,31 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 
+def partition(rows: list[dict], found: list[list], abstain: str | None) -> tuple[list[dict], list[dict]]:
+    """(the rows whose first answer is in the text of one of their passages ``found``, and, with ``abstain``, as
+    many at most of those with no answer in any title or text, each answered ``abstain``)."""
+    from openbook.eval.retrieval import answer_in_passage
+
+    kept, unanswerable = [], []
+    for row, passages in zip(rows, found):
+        if any(answer_in_passage(p.text, row["answers"][:1]) for p in passages):
+            kept.append(row)
+        elif not any(answer_in_passage(f"{p.title} {p.text}", row["answers"]) for p in passages):
+            unanswerable.append({"question": row["question"], "answers": [abstain]})
+    return kept, unanswerable[: len(kept)] if abstain else []
+
+
 def main(argv=None) -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("inp")
     p.add_argument("out")
     p.add_argument("--k", type=int, default=5)
     p.add_argument("--kb", default=None, help="knowledge base (default: the shipped demo knowledge base)")
+    p.add_argument("--abstain", metavar="TEXT", help="also keep the questions with no answer in the top k, answered TEXT")
     args = p.parse_args(argv)
 
     from openbook.commands import kb as kb_commands
     from openbook.eval.datasets import read_nq_open
-    from openbook.eval.retrieval import answer_in_passage
     from openbook.index import KnowledgeBase
     from openbook.index.retriever import make_retriever
     from openbook.rag.assemble import demo_knowledge_base, encoder_name
@@ -44,17 +62,15 @@ def main(argv=None) -> None:
     encoder = kb_commands.load_encoder(encoder_name(None, args.kb))
     kb = demo_knowledge_base(encoder) if args.kb is None else KnowledgeBase.load(args.kb, expected_encoder=encoder.info())
     retriever = make_retriever("dense", kb, encode=encoder.encode_queries)
-    kept = []
+    found = []
     for start in range(0, len(rows), 64):
-        batch = rows[start: start + 64]
-        found = retriever.retrieve([r["question"] for r in batch], args.k).passages
-        for row, passages in zip(batch, found):
-            if any(answer_in_passage(p.text, row["answers"][:1]) for p in passages):
-                kept.append(row)
+        found += retriever.retrieve([r["question"] for r in rows[start: start + 64]], args.k).passages
+    kept, abstaining = partition(rows, found, args.abstain)
     tmp = Path(args.out).with_suffix(".tmp")
-    tmp.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in kept), encoding="utf-8")
+    tmp.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in kept + abstaining), encoding="utf-8")
     tmp.replace(args.out)
-    print(json.dumps({"in": args.inp, "out": args.out, "k": args.k, "questions": len(rows), "kept": len(kept)}))
+    print(json.dumps({"in": args.inp, "out": args.out, "k": args.k, "questions": len(rows), "kept": len(kept),
+                      "abstaining": len(abstaining)}))
 
 
 if __name__ == "__main__":

@@ -19,8 +19,12 @@
 #                                         # LR_GENERATOR (default 3e-4) and OUT (default runs/default-open-book-init)
 #                                         # vary it
 #   KB=DIR scripts/train_default.sh open-book-learned  # open-book-init with q(x) trained too
+#   scripts/train_default.sh abstain-init  # from the shipped default's adapters, STEPS default 100, on the answerable
+#                                         # training questions and as many (at most) with no answer in the top 5,
+#                                         # taught to answer "not in the passages" (issue 31's abstention; not
+#                                         # shipped: bench/abstention_generator.py measures it); OUT varies it
 #
-# DATA points at ../shared/data; STEPS (default 250, 100 for open-book-init and open-book-learned) is the number of
+# DATA points at ../shared/data; STEPS (default 250, 100 for open-book-init, open-book-learned and abstain-init) is the number of
 # Adam steps of 4 questions.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -28,10 +32,13 @@ OB=${OB:-.venv/bin/openbook}
 PY=${PY:-.venv/bin/python}
 DATA=${DATA:-../shared/data}
 STEPS_DEFAULT=250
-case "${1:-rag}" in open-book-init|open-book-learned) STEPS_DEFAULT=100 ;; esac
+case "${1:-rag}" in open-book-init|open-book-learned|abstain-init) STEPS_DEFAULT=100 ;; esac
 STEPS=${STEPS:-$STEPS_DEFAULT}
 TRAIN=runs/data/default-train-answerable.jsonl
-case "${1:-rag}" in open-book*) TRAIN=runs/data/open-book-train-answerable.jsonl ;; esac
+case "${1:-rag}" in
+  open-book*) TRAIN=runs/data/open-book-train-answerable.jsonl ;;
+  abstain-init) TRAIN=runs/data/default-train-abstain.jsonl ;;
+esac
 DATA_AND_SCHEDULE="--train $TRAIN --lr-schedule linear --warmup-steps 10 --learn-scale
         --batch-size 4 --k 5 --max-steps $STEPS --seed 0 --checkpoint-every 25"
 RECIPE="$DATA_AND_SCHEDULE --lora 16 --lora-dropout 0 --lr-generator 1e-3"
@@ -41,6 +48,8 @@ $PY scripts/split_qa_data.py --data-dir "$DATA" --out runs/data
 if [[ "${1:-rag}" = open-book* ]]; then
   : "${KB:?set KB to the knowledge base to train over}"
   $PY scripts/answerable.py runs/data/default-train.jsonl "$TRAIN" --k 5 --kb "$KB"
+elif [ "${1:-rag}" = abstain-init ]; then
+  $PY scripts/answerable.py runs/data/default-train.jsonl "$TRAIN" --k 5 --abstain "not in the passages"
 else
   $PY scripts/answerable.py runs/data/default-train.jsonl "$TRAIN" --k 5
 fi
@@ -84,6 +93,11 @@ case "${1:-rag}" in
     /usr/bin/time -v $OB train --model rag-sequence $DATA_AND_SCHEDULE --lr-generator 3e-4 --lora-dropout 0 \
         --lr-query-encoder 1e-4 --init default --batch-size 1 --grad-accumulation 4 --kb "$KB" \
         --out runs/default-open-book-learned $resume 2> >(tee runs/default-open-book-learned.time >&2) ;;
-  *) echo "usage: scripts/train_default.sh [rag|closed-book|learned|full|open-book|open-book-init|open-book-learned]" >&2
+  abstain-init)
+    out=${OUT:-runs/default-abstain-init}
+    resume=$([ -f "$out/checkpoint/state.json" ] && echo --resume || true)
+    /usr/bin/time -v $OB train --model rag-sequence $DATA_AND_SCHEDULE --lr-generator "${LR_GENERATOR:-3e-4}" \
+        --lora-dropout 0 --freeze-retriever --init default --out "$out" $resume 2> >(tee "$out.time" >&2) ;;
+  *) echo "usage: scripts/train_default.sh [rag|closed-book|learned|full|open-book|open-book-init|open-book-learned|abstain-init]" >&2
      exit 2 ;;
 esac

@@ -1,0 +1,47 @@
+"""scripts/answerable.py: which training questions the knowledge base answers, and the others as examples of
+abstention."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+from openbook.corpus.passages import Passage
+
+SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "answerable.py"
+
+
+def _script():
+    spec = importlib.util.spec_from_file_location("answerable_script", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _p(title: str, text: str) -> Passage:
+    return Passage(id=title, title=title, text=text)
+
+
+ROWS = [{"question": "capital of france", "answers": ["Paris"]},
+        {"question": "capital of spain", "answers": ["Madrid"]},
+        {"question": "who wrote hamlet", "answers": ["Shakespeare", "William Shakespeare"]},
+        {"question": "capital of italy", "answers": ["Rome", "Roma"]},
+        {"question": "capital of peru", "answers": ["Lima"]}]
+FOUND = [[_p("France", "paris is its capital")],
+         [_p("Spain", "a country in europe")],  # no answer anywhere: an example of abstention
+         [_p("Hamlet", "a play")],  # no answer anywhere either
+         [_p("Italy", "roma is its capital in italian")],  # only a second answer: unclear, left out
+         [_p("Lima", "a city")]]  # the answer only in a title: left out
+
+
+def test_the_answerable_are_kept_and_no_others_without_abstain():
+    kept, abstaining = _script().partition(ROWS, FOUND, None)
+    assert kept == ROWS[:1] and abstaining == []
+
+
+def test_abstain_adds_the_questions_with_no_answer_anywhere_at_most_as_many_as_the_answerable():
+    kept, abstaining = _script().partition(ROWS, FOUND, "not in the passages")
+    assert kept == ROWS[:1]
+    assert abstaining == [{"question": "capital of spain", "answers": ["not in the passages"]}]  # one, as many as kept
+    kept, abstaining = _script().partition(ROWS + ROWS[:1], FOUND + FOUND[:1], "none")
+    assert [r["question"] for r in abstaining] == ["capital of spain", "who wrote hamlet"]
