@@ -228,7 +228,8 @@ def collect(rag, data_dir: Path, work: Path, k: int, max_passages: int) -> list[
         for q in found:
             g = asked["answers"][q]
             items.append({"question": q, "answer": g["answer"], "logprob": g["logprob"],
-                          "passages": asked["passages"][q], "split": split, "kind": "deleted", "top100": scores[q]})
+                          "passages": asked["passages"][q], "split": split, "kind": "deleted", "top100": scores[q],
+                          "book": name})
     return items
 
 

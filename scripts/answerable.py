@@ -49,7 +49,8 @@ def main(argv=None) -> None:
     p.add_argument("out")
     p.add_argument("--k", type=int, default=5)
     p.add_argument("--kb", default=None, help="knowledge base (default: the shipped demo knowledge base)")
-    p.add_argument("--abstain", metavar="TEXT", help="also keep the questions with no answer in the top k, answered TEXT")
+    p.add_argument("--abstain", metavar="TEXT",
+                   help="also keep the questions with no answer in the top k, answered TEXT")
     args = p.parse_args(argv)
 
     from openbook.commands import kb as kb_commands
