@@ -3,19 +3,16 @@ abstention."""
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
+import pytest
 
+from bench_scripts import bench_modules
 from openbook.corpus.passages import Passage
 
-SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "answerable.py"
 
-
-def _script():
-    spec = importlib.util.spec_from_file_location("answerable_script", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+@pytest.fixture(scope="module")
+def script():
+    with bench_modules("answerable") as module:  # scripts/ is on the path too
+        yield module
 
 
 def _p(title: str, text: str) -> Passage:
@@ -34,14 +31,14 @@ FOUND = [[_p("France", "paris is its capital")],
          [_p("Lima", "a city")]]  # the answer only in a title: left out
 
 
-def test_the_answerable_are_kept_and_no_others_without_abstain():
-    kept, abstaining = _script().partition(ROWS, FOUND, None)
+def test_the_answerable_are_kept_and_no_others_without_abstain(script):
+    kept, abstaining = script.partition(ROWS, FOUND, None)
     assert kept == ROWS[:1] and abstaining == []
 
 
-def test_abstain_adds_the_questions_with_no_answer_anywhere_at_most_as_many_as_the_answerable():
-    kept, abstaining = _script().partition(ROWS, FOUND, "not in the passages")
+def test_abstain_adds_the_questions_with_no_answer_anywhere_at_most_as_many_as_the_answerable(script):
+    kept, abstaining = script.partition(ROWS, FOUND, "not in the passages")
     assert kept == ROWS[:1]
     assert abstaining == [{"question": "capital of spain", "answers": ["not in the passages"]}]  # one, as many as kept
-    kept, abstaining = _script().partition(ROWS + ROWS[:1], FOUND + FOUND[:1], "none")
+    kept, abstaining = script.partition(ROWS + ROWS[:1], FOUND + FOUND[:1], "none")
     assert [r["question"] for r in abstaining] == ["capital of spain", "who wrote hamlet"]
