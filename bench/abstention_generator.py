@@ -155,8 +155,8 @@ def main(argv=None) -> None:
     data_dir = Path(args.data_dir)
     shipped = RAG.load()  # the shipped default, whose cached answers define "right today"
     items = collect(shipped, data_dir, work, args.k, args.max_passages)[:: args.limit or 1]
-    dev_rows, test_rows = _rows(data_dir)
-    nq_rows = [r for r in dev_rows if r["mode"] == "dpr"][: len(load_sets(data_dir)[0])]
+    nq_rows, other = load_sets(data_dir)
+    fresh = load_fresh(data_dir, len(nq_split(data_dir)[0]))
     today = {}
     for line in (work / "answers.jsonl").read_text(encoding="utf-8").splitlines():
         record = json.loads(line)
@@ -200,7 +200,7 @@ def main(argv=None) -> None:
                            "em_candidate": round(share(nq_after), 3), "greedy_abstained": round(share(nq_abstained), 3)}
     print(f"NQ fifth ({len(nq_after)}): exact match {share(nq_before):.1%} shipped, {share(nq_after):.1%} candidate; "
           f"the candidate answers {args.abstain_text!r} to {share(nq_abstained):.1%}")
-    goldens = {r["question"]: r for r in dev_rows + test_rows}
+    goldens = {r["question"]: r for r in nq_rows + other + fresh}
     for it in items:
         it["f"] = {**abstain_features(it["question"], it["answer"], it["passages"], it["logprob"]),
                    "generator": -scored[f"{it['split']}|{it['kind']}|{it['question']}"]}
@@ -219,12 +219,6 @@ def main(argv=None) -> None:
               f"(deleted) of {args.sample} unanswerable asked of each kind")
     figures.update(scored_figures(items, args))
     print(json.dumps(figures))
-
-
-def _rows(data_dir: Path) -> tuple[list[dict], list[dict]]:
-    """(the development questions, the test questions) as ``{question, answers, mode}``."""
-    nq, other = load_sets(data_dir)
-    return nq + other, load_fresh(data_dir, len(nq_split(data_dir)[0]))
 
 
 def scored_figures(items: list[dict], args) -> dict:

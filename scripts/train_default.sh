@@ -24,8 +24,8 @@
 #                                         # taught to answer "not in the passages" (issue 31's abstention; not
 #                                         # shipped: bench/abstention_generator.py measures it); OUT varies it
 #
-# DATA points at ../shared/data; STEPS (default 250, 100 for open-book-init, open-book-learned and abstain-init) is the number of
-# Adam steps of 4 questions.
+# DATA points at ../shared/data; STEPS (default 250, 100 for open-book-init, open-book-learned and abstain-init) is
+# the number of Adam steps of 4 questions.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 OB=${OB:-.venv/bin/openbook}
