@@ -47,7 +47,7 @@ import numpy as np
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
-from _abstention_sets import load_fresh, load_sets, right  # noqa: E402
+from _abstention_sets import answer_all, load_fresh, load_sets, right  # noqa: E402
 from _common import nq_split, print_header, quiet  # noqa: E402
 from abstention import SIGNALS, auc, by_kind, cross_validate, set_arguments, share, signal_of  # noqa: E402
 from abstention_signals import SHIPPED, collect  # noqa: E402
@@ -77,7 +77,6 @@ def abstain_logprob(rag, items: list[dict], text: str, batch_size: int = 8) -> n
             batch = batch[: next((i for i, it in enumerate(batch) if len(it["passages"]) != k), len(batch))]
             passages = [[Passage(id="", title=p[2], text=p[3]) for p in it["passages"]] for it in batch]
             memory = gen.encode(gen.contexts([it["question"] for it in batch], passages))
-            k = len(passages[0])
             rows = torch.arange(len(batch) * k, device=targets.device)
             per_doc = gen.target_token_logprobs(memory, rows, targets.expand(len(rows), -1))[:, :n].sum(-1)
             scores = torch.tensor([[p[0] for p in it["passages"]] for it in batch], dtype=torch.float32)
@@ -88,6 +87,11 @@ def abstain_logprob(rag, items: list[dict], text: str, batch_size: int = 8) -> n
                 print(f"  scored {s + len(batch)}/{len(items)} ({time.perf_counter() - start:.0f} s)", flush=True)
             s += len(batch)  # a batch ends where the size of the top k changes
     return out
+
+
+def item_key(it: dict) -> str:
+    """An item's key in the cache of abstention scores (a question may be an item of two kinds)."""
+    return f"{it['split']}|{it['kind']}|{it['question']}"
 
 
 def is_abstention(answer: str, text: str) -> bool:
@@ -154,13 +158,11 @@ def main(argv=None) -> None:
     work = Path(args.work) if args.work else cache_dir() / "bench" / "abstention"
     data_dir = Path(args.data_dir)
     shipped = RAG.load()  # the shipped default, whose cached answers define "right today"
-    items = collect(shipped, data_dir, work, args.k, args.max_passages)[:: args.limit or 1]
+    items = collect(shipped, data_dir, work, args.k, args.max_passages, top100=False)[:: args.limit or 1]
     nq_rows, other = load_sets(data_dir)
     fresh = load_fresh(data_dir, len(nq_split(data_dir)[0]))
-    today = {}
-    for line in (work / "answers.jsonl").read_text(encoding="utf-8").splitlines():
-        record = json.loads(line)
-        today[record["question"]] = record["answer"]
+    today = {q: g["answer"] for q, g in answer_all(shipped, nq_rows, work / "answers.jsonl", args.k, 8,
+                                                    cached_only=True).items()}
     del shipped
     cand = RAG.load(run=args.run)
     checkpoint = Path(args.run) / "checkpoint" / "model.safetensors"
@@ -170,12 +172,11 @@ def main(argv=None) -> None:
 
     cache = work / f"generator-abstain-{key}-{hashlib.sha256(args.abstain_text.encode()).hexdigest()[:8]}.json"
     scored = json.loads(cache.read_text(encoding="utf-8")) if cache.exists() else {}
-    names = [f"{it['split']}|{it['kind']}|{it['question']}" for it in items]
-    todo = [it for it, name in zip(items, names) if name not in scored]
+    todo = [it for it in items if item_key(it) not in scored]
     if todo:
         started = time.perf_counter()
         for it, value in zip(todo, abstain_logprob(cand, todo, args.abstain_text)):
-            scored[f"{it['split']}|{it['kind']}|{it['question']}"] = float(value)
+            scored[item_key(it)] = float(value)
         print(f"abstention scores: {time.perf_counter() - started:.0f} s", flush=True)
         cache.with_suffix(".tmp").write_text(json.dumps(scored), encoding="utf-8")
         cache.with_suffix(".tmp").replace(cache)
@@ -203,7 +204,7 @@ def main(argv=None) -> None:
     goldens = {r["question"]: r for r in nq_rows + other + fresh}
     for it in items:
         it["f"] = {**abstain_features(it["question"], it["answer"], it["passages"], it["logprob"]),
-                   "generator": -scored[f"{it['split']}|{it['kind']}|{it['question']}"]}
+                   "generator": -scored[item_key(it)]}
         if it["kind"] == "right":
             got = answers[(it["question"], None)]
             it["still"] = right(goldens[it["question"]], got) and not is_abstention(got, args.abstain_text)

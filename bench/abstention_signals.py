@@ -190,10 +190,10 @@ def top_scores(rag, questions: list[str], n: int = 100) -> dict[str, list[float]
     return out
 
 
-def collect(rag, data_dir: Path, work: Path, k: int, max_passages: int) -> list[dict]:
+def collect(rag, data_dir: Path, work: Path, k: int, max_passages: int, top100: bool = True) -> list[dict]:
     """bench/abstention.py's scored items, from its caches: each ``{question, answer, logprob, passages, split
     ("dev"/"test"), kind ("right"/"absent"/"deleted"), top100}``, a deleted-answer item's passages and top 100
-    from its own book."""
+    from its own book, which ``book`` names. Without ``top100`` the top 100 scores are not retrieved (None)."""
     nq, other = load_sets(data_dir)
     fresh = load_fresh(data_dir, len(nq_split(data_dir)[0]))
     passages = retrieve_all(rag, nq + other + fresh, k)
@@ -211,24 +211,26 @@ def collect(rag, data_dir: Path, work: Path, k: int, max_passages: int) -> list[
             if g and kind:
                 items.append({"question": r["question"], "answer": g["answer"], "logprob": g["logprob"],
                               "passages": passages[r["question"]], "split": split, "kind": kind})
-    plain = top_scores(rag, [it["question"] for it in items])
+    plain = top_scores(rag, [it["question"] for it in items]) if top100 else {}
     for it in items:
-        it["top100"] = plain[it["question"]]
+        it["top100"] = plain.get(it["question"])
     full = rag.kb
     for name, rows, split in (("nq", nq, "dev"), ("dev", [r for r in other if in_top_k[r["question"]]], "dev"),
                               ("test", [r for r in fresh if in_top_k[r["question"]]], "test")):
         asked = ask_without(rag, rows, name, work, k, 8, max_passages, cached_only=True)
         found = [r["question"] for r in asked["kept"] if r["question"] in asked["answers"]
                  and r["question"] not in asked["leaked"]]
-        rag.use_knowledge_base(asked["book"])
-        try:
-            scores = top_scores(rag, found)
-        finally:
-            rag.use_knowledge_base(full)
+        scores = {}
+        if top100:
+            rag.use_knowledge_base(asked["book"])
+            try:
+                scores = top_scores(rag, found)
+            finally:
+                rag.use_knowledge_base(full)
         for q in found:
             g = asked["answers"][q]
             items.append({"question": q, "answer": g["answer"], "logprob": g["logprob"],
-                          "passages": asked["passages"][q], "split": split, "kind": "deleted", "top100": scores[q],
+                          "passages": asked["passages"][q], "split": split, "kind": "deleted", "top100": scores.get(q),
                           "book": name})
     return items
 
