@@ -8,11 +8,13 @@ knowledge base that is most of WebQuestions and CuratedTrec (answer recall@5 23%
 answers the demo passages were never chosen to hold. DPR trained on the same sets the same way: "we
 discard questions for which no positive passage is found" (Karpukhin et al. 2020, section 5.1).
 
-Usage: python scripts/answerable.py IN.jsonl OUT.jsonl [--k 5] [--kb DIR] [--abstain TEXT]
+Usage: python scripts/answerable.py IN.jsonl OUT.jsonl [--k 5] [--kb DIR] [--abstain TEXT [--abstain-share F]]
 
 ``--abstain TEXT`` keeps the other side too, as training examples of abstention: the questions none of whose
 answers is in the title or text of any top-k passage, as many as the answerable ones at most, each with TEXT as
 its only answer (a question with only some answer elsewhere in the top k is left out: its label is unclear).
+``--abstain-share F`` keeps fewer of them: at most a share F of the whole mix (0.5, the default, is as many as the
+answerable ones).
 
 IN holds ``{question, answers}`` lines; matching is DPR's has_answer on the answer strings the model is
 trained to write (the first answer of each line is its target). Prints one JSON line of counts.
@@ -22,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 from pathlib import Path
 
@@ -29,9 +32,13 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 
-def partition(rows: list[dict], found: list[list], abstain: str | None) -> tuple[list[dict], list[dict]]:
-    """(the rows whose first answer is in the text of one of their passages ``found``, and, with ``abstain``, as
-    many at most of those with no answer in any title or text, each answered ``abstain``)."""
+def partition(rows: list[dict], found: list[list], abstain: str | None,
+              share: float = 0.5) -> tuple[list[dict], list[dict]]:
+    """(the rows whose first answer is in the text of one of their passages ``found``, and, with ``abstain``, the
+    first of those with no answer in any title or text, each answered ``abstain``, at most a ``share`` of the two
+    together: as many as the first at most at 0.5)."""
+    if not 0 <= share <= 0.5:
+        raise ValueError(f"abstain share {share}: must be between 0 and 0.5")
     from openbook.eval.retrieval import answer_in_passage
 
     kept, unanswerable = [], []
@@ -40,7 +47,7 @@ def partition(rows: list[dict], found: list[list], abstain: str | None) -> tuple
             kept.append(row)
         elif not any(answer_in_passage(f"{p.title} {p.text}", row["answers"]) for p in passages):
             unanswerable.append({"question": row["question"], "answers": [abstain]})
-    return kept, unanswerable[: len(kept)] if abstain else []
+    return kept, unanswerable[: math.floor(len(kept) * share / (1 - share) + 1e-9)] if abstain else []
 
 
 def main(argv=None) -> None:
@@ -51,6 +58,8 @@ def main(argv=None) -> None:
     p.add_argument("--kb", default=None, help="knowledge base (default: the shipped demo knowledge base)")
     p.add_argument("--abstain", metavar="TEXT",
                    help="also keep the questions with no answer in the top k, answered TEXT")
+    p.add_argument("--abstain-share", type=float, default=0.5, metavar="F",
+                   help="with --abstain: at most this share of the training mix abstains (at most 0.5)")
     args = p.parse_args(argv)
 
     from openbook.commands import kb as kb_commands
@@ -66,7 +75,9 @@ def main(argv=None) -> None:
     found = []
     for start in range(0, len(rows), 64):
         found += retriever.retrieve([r["question"] for r in rows[start: start + 64]], args.k).passages
-    kept, abstaining = partition(rows, found, args.abstain)
+    if not 0 <= args.abstain_share <= 0.5:
+        p.error(f"--abstain-share {args.abstain_share}: must be between 0 and 0.5")
+    kept, abstaining = partition(rows, found, args.abstain, args.abstain_share)
     tmp = Path(args.out).with_suffix(".tmp")
     tmp.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in kept + abstaining), encoding="utf-8")
     tmp.replace(args.out)

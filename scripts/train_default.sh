@@ -22,7 +22,8 @@
 #   scripts/train_default.sh abstain-init  # from the shipped default's adapters, STEPS default 100, on the answerable
 #                                         # training questions and as many (at most) with no answer in the top 5,
 #                                         # taught to answer "not in the passages" (issue 31's abstention; not
-#                                         # shipped: bench/abstention_generator.py measures it); OUT varies it
+#                                         # shipped: bench/abstention_generator.py measures it); OUT varies it,
+#                                         # and ABSTAIN_SHARE (default 0.5) the abstaining share of the mix at most
 #
 # DATA points at ../shared/data; STEPS (default 250, 100 for open-book-init, open-book-learned and abstain-init) is
 # the number of Adam steps of 4 questions.
@@ -37,7 +38,7 @@ STEPS=${STEPS:-$STEPS_DEFAULT}
 TRAIN=runs/data/default-train-answerable.jsonl
 case "${1:-rag}" in
   open-book*) TRAIN=runs/data/open-book-train-answerable.jsonl ;;
-  abstain-init) TRAIN=runs/data/default-train-abstain.jsonl ;;
+  abstain-init) TRAIN=runs/data/default-train-abstain${ABSTAIN_SHARE:+-$ABSTAIN_SHARE}.jsonl ;;
 esac
 DATA_AND_SCHEDULE="--train $TRAIN --lr-schedule linear --warmup-steps 10 --learn-scale
         --batch-size 4 --k 5 --max-steps $STEPS --seed 0 --checkpoint-every 25"
@@ -49,7 +50,8 @@ if [[ "${1:-rag}" = open-book* ]]; then
   : "${KB:?set KB to the knowledge base to train over}"
   $PY scripts/answerable.py runs/data/default-train.jsonl "$TRAIN" --k 5 --kb "$KB"
 elif [ "${1:-rag}" = abstain-init ]; then
-  $PY scripts/answerable.py runs/data/default-train.jsonl "$TRAIN" --k 5 --abstain "not in the passages"
+  $PY scripts/answerable.py runs/data/default-train.jsonl "$TRAIN" --k 5 --abstain "not in the passages" \
+      --abstain-share "${ABSTAIN_SHARE:-0.5}"
 else
   $PY scripts/answerable.py runs/data/default-train.jsonl "$TRAIN" --k 5
 fi

@@ -42,3 +42,14 @@ def test_abstain_adds_the_questions_with_no_answer_anywhere_at_most_as_many_as_t
     assert abstaining == [{"question": "capital of spain", "answers": ["not in the passages"]}]  # one, as many as kept
     kept, abstaining = script.partition(ROWS + ROWS[:1], FOUND + FOUND[:1], "none")
     assert [r["question"] for r in abstaining] == ["capital of spain", "who wrote hamlet"]
+
+
+def test_abstain_share_keeps_at_most_that_share_of_the_mix(script):
+    many = ROWS[:1] * 4 + ROWS[1:3] * 2  # four answerable, four with no answer anywhere
+    found = FOUND[:1] * 4 + FOUND[1:3] * 2
+    for share, n in ((0.5, 4), (0.2, 1), (1 / 3, 2), (0.0, 0)):
+        kept, abstaining = script.partition(many, found, "none", share)
+        assert len(kept) == 4 and len(abstaining) == n
+        assert n / (len(kept) + n) <= share + 1e-12
+    with pytest.raises(ValueError, match="0.5"):
+        script.partition(many, found, "none", 0.6)
