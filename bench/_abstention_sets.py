@@ -15,6 +15,7 @@ case, where the book knows the subject and not the fact, as when a user's docume
 
 from __future__ import annotations
 
+import hashlib
 import json
 import shutil
 import sys
@@ -110,6 +111,41 @@ def right(row: dict, answer: str) -> bool:
     from openbook.eval.metrics.answers import exact_match, regex_match
 
     return bool((regex_match if row["mode"] == "regex" else exact_match)(answer, row["answers"]))
+
+
+def item_id(question: str) -> str:
+    """A question's id in the provenance labels (``bench/abstention_provenance.py``)."""
+    return hashlib.sha256(question.encode("utf-8")).hexdigest()[:12]
+
+
+def read_labels(path: Path) -> dict[str, bool]:
+    """id -> supported, from a JSON Lines file of ``{id, supported, ...}``: the provenance labels of the right
+    answers today (``bench/data/abstention-provenance.jsonl``)."""
+    labels = {}
+    for n, line in enumerate(Path(path).read_text(encoding="utf-8").splitlines(), 1):
+        if line.strip():
+            row = json.loads(line)
+            if not isinstance(row.get("supported"), bool):
+                raise SystemExit(f"{path}:{n}: 'supported' must be true or false")
+            labels[row["id"]] = row["supported"]
+    return labels
+
+
+def supported(questions: list[str], labels: dict[str, bool] | None) -> list[str]:
+    """The right answers' ``questions`` that a passage supports by ``labels`` (all of them without labels; every
+    one must have a label)."""
+    if labels is None:
+        return list(questions)
+    missing = [q for q in questions if item_id(q) not in labels]
+    if missing:
+        raise SystemExit(f"{len(missing)} right answers have no label, e.g. {missing[0]!r}: read them first")
+    return [q for q in questions if labels[item_id(q)]]
+
+
+def supported_only(items: list[dict], labels: dict[str, bool]) -> list[dict]:
+    """``items`` without the right answers labelled unsupported (every right answer must have a label)."""
+    keep = set(supported([it["question"] for it in items if it["kind"] == "right"], labels))
+    return [it for it in items if it["kind"] != "right" or it["question"] in keep]
 
 
 def answer_all(rag, rows: list[dict], cache: Path, k: int, batch_size: int, cached_only: bool) -> dict[str, dict]:
