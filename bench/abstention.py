@@ -34,12 +34,14 @@ questions asked before (all answered) and after abstention.
 
 Answers, judge logits and the deleted-answer books are cached (``--work``, default
 ``$OPENBOOK_CACHE/bench/abstention``; a second run only calibrates). ``--judge FILE`` calibrates with a candidate
-passage judge (``scripts/train_judge.py``) in place of the shipped one. The winner's weights belong in
+passage judge (``scripts/train_judge.py``) in place of the shipped one. ``--labels FILE`` (run 13 on) takes the
+right answers today that no passage supports off the answerable side, on both sets, by the provenance labels of
+``bench/abstention_provenance.py``: the target's "questions the knowledge base answers". The winner's weights belong in
 ``openbook/presets.py`` (``ABSTAIN_WEIGHTS``) and its threshold (with the judge's file) in the shipped default's
 ``run.json``.
 
 Usage:  OMP_NUM_THREADS=1 PYTHONPATH=. python bench/abstention.py [--data-dir ../shared/data] [--work DIR]
-        [--keep 0.97] [--max-passages 50] [--cached-only] [--judge FILE]
+        [--keep 0.97] [--max-passages 50] [--cached-only] [--judge FILE] [--labels FILE]
 
 It prints the CPU and ends with one JSON line of its figures.
 """
@@ -62,8 +64,10 @@ from _abstention_sets import (  # noqa: E402
     judge_all,
     load_fresh,
     load_sets,
+    read_labels,
     retrieve_all,
     right,
+    supported,
     without_answers,
 )
 from _common import nq_split, print_header, quiet  # noqa: E402
@@ -231,7 +235,11 @@ def main(argv=None) -> None:
     p.add_argument("--cached-only", action="store_true", help="use only the answers already cached (a partial run)")
     p.add_argument("--judge", default=None,
                    help="a candidate passage judge's file to calibrate with in place of the shipped one's")
+    p.add_argument("--labels", default=None, metavar="FILE",
+                   help="provenance labels (bench/abstention_provenance.py): the right answers no passage supports "
+                        "leave the answerable side")
     args = p.parse_args(argv)
+    labels = read_labels(Path(args.labels)) if args.labels else None
     print_header()
     quiet()
     from openbook.models.loading import cache_dir
@@ -280,8 +288,8 @@ def main(argv=None) -> None:
         return [r["question"] for r in rows if r["question"] in got and right(r, got[r["question"]]["answer"])]
 
     # development: answerable = right today over the whole book; unanswerable = both kinds (module docs)
-    nq_right = right_ones(nq)
-    dev_keys_a = nq_right + right_ones(dev_found)
+    nq_right = supported(right_ones(nq), labels)
+    dev_keys_a = nq_right + supported(right_ones(dev_found), labels)
     dev_items = ([(r["question"], feats[r["question"]], "absent") for r in dev_un if r["question"] in got]
                  + [(q, f, "deleted") for name in ("nq", "dev") for q, f in deleted[name].items()])
     dev_a, dev_u = [feats[q] for q in dev_keys_a], [f for _, f, _ in dev_items]
@@ -291,7 +299,7 @@ def main(argv=None) -> None:
     groups_u = [kind if kind == "absent" else f"deleted {'NQ' if q in nq_questions else 'WQ/CT'}"
                 for q, _, kind in dev_items]
     keys = (dev_keys_a, [q for q, _, _ in dev_items])
-    figures: dict = {"k": args.k, "keep_target": args.keep, "max_passages": args.max_passages,
+    figures: dict = {"k": args.k, "keep_target": args.keep, "max_passages": args.max_passages, "labels": args.labels,
                      "dev_answerable": len(dev_a), "dev_answerable_nq": len(nq_right),
                      "dev_unanswerable": {kind: kinds.count(kind) for kind in ("absent", "deleted")},
                      "deleted_answers": counts,
@@ -319,7 +327,8 @@ def main(argv=None) -> None:
     figures["cross_validation_by_dataset"] = groups
 
     # test: fresh questions, nothing fitted to them
-    test_a = [feats[q] for q in right_ones(test_found)]
+    test_a = [feats[q] for q in supported(right_ones(test_found), labels)]
+    test_all = [feats[q] for q in right_ones(test_found)]  # with labels, the unsupported right answers too
     test_u = {"absent": [feats[r["question"]] for r in test_un if r["question"] in got],
               "deleted": list(deleted["test"].values())}
     kept = [score(f) >= threshold for f in test_a]
@@ -341,6 +350,7 @@ def main(argv=None) -> None:
     figures.update(signal=chosen, weights=weights, threshold=threshold, answered_right=cv["answered_right"],
                    abstain=cv["abstain"], test_answerable=len(kept), test_answered_right=round(share(kept), 3),
                    test_answered_right_ci=bootstrap(kept, args.seed),
+                   test_answered_right_all=round(share([score(f) >= threshold for f in test_all]), 3),
                    test_unanswerable={kind: len(flags) for kind, flags in abstained.items()},
                    test_abstain={kind: round(share(flags), 3) for kind, flags in abstained.items()},
                    test_abstain_ci={kind: bootstrap(flags, args.seed) for kind, flags in abstained.items()},
@@ -372,8 +382,9 @@ def main(argv=None) -> None:
     for kind, flags in abstained.items():
         print(f"  unanswerable ({kind}) abstained on: {sum(flags)}/{len(flags)} = {share(flags):.1%} "
               f"(95% CI {figures['test_abstain_ci'][kind]})")
-    print(f"  questions right today, still answered: {sum(kept)}/{len(kept)} = "
-          f"{share(kept):.1%} (95% CI {figures['test_answered_right_ci']})")
+    print(f"  questions right today{', supported by a passage,' if labels else ''} still answered: "
+          f"{sum(kept)}/{len(kept)} = {share(kept):.1%} (95% CI {figures['test_answered_right_ci']})"
+          + (f"; of all {len(test_all)} right today: {figures['test_answered_right_all']:.1%}" if labels else ""))
     print(f"  all {len(em_before)} test questions: exact match {share(em_before):.1%} answering all, "
           f"{share(em_after):.1%} of the {len(em_after)} answered")
     print(f"  the NQ fifth (its right answers in the fit): exact match {share(nq_before):.1%} of "

@@ -44,7 +44,18 @@ import numpy as np
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
-from _abstention_sets import answer_all, ask_without, has_answer, judge_all, load_fresh, load_sets, retrieve_all, right  # noqa: E402
+from _abstention_sets import (  # noqa: E402
+    answer_all,
+    ask_without,
+    has_answer,
+    judge_all,
+    load_fresh,
+    load_sets,
+    read_labels,
+    retrieve_all,
+    right,
+    supported_only,
+)
 from _common import nq_split, print_header, quiet  # noqa: E402
 from abstention import SIGNALS, auc, by_kind, cross_validate, curve_points, folds, set_arguments, share, signal_of  # noqa: E402
 
@@ -282,6 +293,8 @@ def main(argv=None) -> None:
     p.add_argument("--limit", type=int, default=None, help="score only every n-th item (a quick check)")
     p.add_argument("--lowest", type=int, default=15,
                    help="list this many right answers the shipped signal scores lowest")
+    p.add_argument("--labels", default=None, metavar="FILE",
+                   help="provenance labels (bench/abstention_provenance.py): leave out the unsupported right answers")
     args = p.parse_args(argv)
     print_header()
     quiet()
@@ -296,6 +309,10 @@ def main(argv=None) -> None:
               for s in ("dev", "test") for k in ("right", "absent", "deleted")}
     print(f"items from bench/abstention.py's caches: {counts}", flush=True)
     lps, hidden = cached_generator_pass(rag, items, args.layer, work)
+    if args.labels:  # after the cached pass, whose key is every item
+        kept = {id(it) for it in supported_only(items, read_labels(Path(args.labels)))}
+        rows = [i for i, it in enumerate(items) if id(it) in kept]
+        items, lps, hidden = [items[i] for i in rows], lps[rows], hidden[rows]
     y = np.array([it["kind"] == "right" for it in items], dtype=np.float64)
     dev = np.array([it["split"] == "dev" for it in items])
     probe = probe_logits(hidden, y, dev, [it["question"] for it in items], args.seed)
