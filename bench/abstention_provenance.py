@@ -12,7 +12,10 @@ answers, the answer and its top k passages (blind to every score and to the spli
 when the answer appears only in a passage about something else, or in none. Unclear cases are labelled
 supported, which keeps them on the side the threshold must keep. The labels, each unsupported one with a note, are
 ``bench/data/abstention-provenance.jsonl``; the instructions the readers had, word for word, are
-``bench/data/abstention-provenance-reading.md``; ``--export FILE`` writes the items to read.
+``bench/data/abstention-provenance-reading.md``; ``--export FILE`` writes the items to read. A second reader,
+with the same instructions and without the first labels, read every unsupported answer and as many supported ones
+drawn at random, shuffled together (``bench/data/abstention-provenance-recheck.jsonl``); the bench prints how often
+the two agree.
 
 It then scores the shipped signal (``combined-6``, the six features) twice, as ``bench/abstention_signals.py``
 scores its candidates (cross-validated on the development set with 20 seeded two-fold splits by question;
@@ -42,6 +45,7 @@ from abstention import set_arguments, shipped_figures  # noqa: E402
 from abstention_signals import collect, evaluate  # noqa: E402
 
 LABELS = REPO / "bench" / "data" / "abstention-provenance.jsonl"
+RECHECK = REPO / "bench" / "data" / "abstention-provenance-recheck.jsonl"
 
 
 def to_read(items: list[dict], golds: dict[str, list[str]], seed: int) -> list[dict]:
@@ -53,9 +57,22 @@ def to_read(items: list[dict], golds: dict[str, list[str]], seed: int) -> list[d
     return rows
 
 
+def agreement(first: dict[str, bool], second: dict[str, bool]) -> dict:
+    """How often two readings of the same items agree, and Cohen's kappa (agreement beyond chance)."""
+    ids = [i for i in second if i in first]
+    if not ids:
+        return {"items": 0}
+    observed = sum(first[i] == second[i] for i in ids) / len(ids)
+    p1, p2 = (sum(labels[i] for i in ids) / len(ids) for labels in (first, second))
+    chance = p1 * p2 + (1 - p1) * (1 - p2)
+    return {"items": len(ids), "agree": round(observed, 4),
+            "kappa": round((observed - chance) / (1 - chance), 4) if chance < 1 else 1.0}
+
+
 def main(argv=None) -> None:
     p = set_arguments(__doc__.splitlines()[0])
     p.add_argument("--labels", default=str(LABELS), help="the provenance labels of the right answers")
+    p.add_argument("--recheck", default=str(RECHECK), help="a second reading of some of them")
     p.add_argument("--export", default=None, metavar="FILE", help="write the right answers to read, and stop")
     args = p.parse_args(argv)
     print_header()
@@ -86,8 +103,13 @@ def main(argv=None) -> None:
                          "supported": sum(labels[item_id(it["question"])] for it in right)}
     print(f"right answers today, supported by a passage: development {counts['dev']['supported']} of "
           f"{counts['dev']['right_today']}, test {counts['test']['supported']} of {counts['test']['right_today']}")
+    second = agreement(labels, read_labels(Path(args.recheck)))
+    print(f"a second reading of {second['items']} of them agrees on {second['agree']:.1%} (Cohen's kappa "
+          f"{second['kappa']:.2f})")
     threshold = rag.abstain_threshold  # the shipped default's calibrated threshold
-    figures = {"labels": args.labels, "threshold": threshold, "counts": counts}
+    shown = Path(args.labels).resolve()
+    figures = {"labels": str(shown.relative_to(REPO)) if shown.is_relative_to(REPO) else args.labels,
+               "threshold": threshold, "counts": counts, "second_reading": second}
     for name, group in (("all right answers", items), ("supported only", kept)):
         f = evaluate(group, ["combined-6"], args.keep, args.rounds, args.seed)["combined-6"]  # the shipped six
         test_right = [it["f"] for it in group if it["split"] == "test" and it["kind"] == "right"]
@@ -101,6 +123,12 @@ def main(argv=None) -> None:
               f"{f['test_at_95']['absent']:.1%} / {f['test_at_95']['deleted']:.1%}; the shipped calibration answers "
               f"{cal['absent']['test_other_answered_right']:.1%} and abstains on "
               f"{cal['absent']['test_abstain_unanswerable']:.1%} / {cal['deleted']['test_abstain_unanswerable']:.1%}")
+    lucky = [it["f"] for it in items if it["split"] == "test" and it["kind"] == "right"
+             and not labels[item_id(it["question"])]]
+    abstained = shipped_figures(threshold, [], lucky)["test_abstain_unanswerable"]
+    figures["unsupported_test_abstained"] = {"of": len(lucky), "abstained": round(abstained * len(lucky))}
+    print(f"the shipped calibration abstains on {round(abstained * len(lucky))} of the test set's {len(lucky)} "
+          "unsupported right answers")
     print(json.dumps(figures))
 
 

@@ -59,8 +59,8 @@ PRESETS = {preset.name: preset for preset in (INTERACTIVE, PAPER)}
 # What `ask` abstains on (openbook.rag.abstain): "top_score", the top passage's retrieval score d(z)^T q(x);
 # "logprob", the answer's log p(y|x) per token; or "combined", the sum of ABSTAIN_WEIGHTS times the features of
 # openbook.rag.abstain.abstain_features. Chosen, weighted, and its threshold calibrated for the
-# shipped default (stored in its run.json), by `PYTHONPATH=. python bench/abstention.py` (docs/results.md,
-# "Abstention").
+# shipped default (stored in its run.json), by `PYTHONPATH=. python bench/abstention.py --labels
+# bench/data/abstention-provenance.jsonl` (docs/results.md, "Abstention").
 ABSTAIN_SIGNAL = "combined"
-ABSTAIN_WEIGHTS = {"top_score": 6.1155, "logprob": 1.8012, "support": 1.2758, "words": -0.0723, "coverage": 0.3204,
-                   "judge": 0.7472}
+ABSTAIN_WEIGHTS = {"top_score": 6.5719, "logprob": 2.2169, "support": 1.4998, "words": -0.0601, "coverage": 0.9277,
+                   "judge": 1.0966, "judge_answer": -0.2675}

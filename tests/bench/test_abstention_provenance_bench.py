@@ -76,3 +76,13 @@ def test_the_shipped_labels_name_their_questions_and_say_why_not(bench):
         assert r["id"] == bench.item_id(r["question"]) and isinstance(r["supported"], bool)
         assert r["supported"] or (r["note"] and r["passage"] is None)
     assert bench.read_labels(bench.LABELS) == {r["id"]: r["supported"] for r in rows}
+    assert set(bench.read_labels(bench.RECHECK)) <= {r["id"] for r in rows}
+
+
+def test_agreement_of_two_readings(bench):
+    first = {"a": True, "b": False, "c": True, "d": False}
+    assert bench.agreement(first, dict(first)) == {"items": 4, "agree": 1.0, "kappa": 1.0}
+    flipped = {"a": True, "b": True, "c": True, "d": False, "e": False}  # e: not in the first reading
+    got = bench.agreement(first, flipped)
+    assert got["items"] == 4 and got["agree"] == 0.75
+    assert got["kappa"] == pytest.approx((0.75 - (0.5 * 0.75 + 0.5 * 0.25)) / (1 - 0.5), abs=1e-4)
