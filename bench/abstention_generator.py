@@ -48,9 +48,9 @@ import numpy as np
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 from _abstention_sets import answer_all, load_fresh, load_sets, right  # noqa: E402
-from _common import nq_split, print_header, quiet  # noqa: E402
+from _common import nq_split  # noqa: E402
 from abstention import SIGNALS, auc, by_kind, cross_validate, set_arguments, share, signal_of  # noqa: E402
-from abstention_signals import SHIPPED, collect  # noqa: E402
+from abstention_signals import SHIPPED, shipped_items  # noqa: E402
 
 ABSTAIN_TEXT = "not in the passages"
 
@@ -149,16 +149,12 @@ def main(argv=None) -> None:
     p.add_argument("--sample", type=int, default=100, help="unanswerable questions asked, per kind and split")
     p.add_argument("--limit", type=int, default=None, help="score only every n-th item (a quick check)")
     args = p.parse_args(argv)
-    print_header()
-    quiet()
-    from openbook.models.loading import cache_dir
+    shipped, work, items = shipped_items(args)
+    items = items[:: args.limit or 1]
     from openbook.rag import RAG
     from openbook.rag.abstain import abstain_features
 
-    work = Path(args.work) if args.work else cache_dir() / "bench" / "abstention"
     data_dir = Path(args.data_dir)
-    shipped = RAG.load()  # the shipped default, whose cached answers define "right today"
-    items = collect(shipped, data_dir, work, args.k, args.max_passages, top100=False)[:: args.limit or 1]
     nq_rows, other = load_sets(data_dir)
     fresh = load_fresh(data_dir, len(nq_split(data_dir)[0]))
     today = {q: g["answer"] for q, g in answer_all(shipped, nq_rows, work / "answers.jsonl", args.k, 8,

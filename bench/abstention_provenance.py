@@ -40,9 +40,9 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 from _abstention_sets import item_id, load_fresh, load_sets, read_labels, supported_only  # noqa: E402
-from _common import nq_split, print_header, quiet  # noqa: E402
+from _common import nq_split  # noqa: E402
 from abstention import set_arguments, shipped_figures  # noqa: E402
-from abstention_signals import collect, evaluate  # noqa: E402
+from abstention_signals import evaluate, shipped_items  # noqa: E402
 
 LABELS = REPO / "bench" / "data" / "abstention-provenance.jsonl"
 RECHECK = REPO / "bench" / "data" / "abstention-provenance-recheck.jsonl"
@@ -75,16 +75,10 @@ def main(argv=None) -> None:
     p.add_argument("--recheck", default=str(RECHECK), help="a second reading of some of them")
     p.add_argument("--export", default=None, metavar="FILE", help="write the right answers to read, and stop")
     args = p.parse_args(argv)
-    print_header()
-    quiet()
-    from openbook.models.loading import cache_dir
-    from openbook.rag import RAG
+    rag, _, items = shipped_items(args)
     from openbook.rag.abstain import abstain_features
 
-    work = Path(args.work) if args.work else cache_dir() / "bench" / "abstention"
     data_dir = Path(args.data_dir)
-    rag = RAG.load()  # the shipped default, whose cached answers define "right today"
-    items = collect(rag, data_dir, work, args.k, args.max_passages, top100=False)
     if args.export:
         nq, other = load_sets(data_dir)
         golds = {r["question"]: r["answers"] for r in nq + other + load_fresh(data_dir, len(nq_split(data_dir)[0]))}

@@ -44,18 +44,7 @@ import numpy as np
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
-from _abstention_sets import (  # noqa: E402
-    answer_all,
-    ask_without,
-    has_answer,
-    judge_all,
-    load_fresh,
-    load_sets,
-    read_labels,
-    retrieve_all,
-    right,
-    supported_only,
-)
+from _abstention_sets import answer_all, ask_without, has_answer, judge_all, load_fresh, load_sets, retrieve_all, right  # noqa: E402
 from _common import nq_split, print_header, quiet  # noqa: E402
 from abstention import SIGNALS, auc, by_kind, cross_validate, curve_points, folds, set_arguments, share, signal_of  # noqa: E402
 
@@ -246,6 +235,19 @@ def collect(rag, data_dir: Path, work: Path, k: int, max_passages: int, top100: 
     return items
 
 
+def shipped_items(args, top100: bool = False) -> tuple:
+    """(the shipped default as `openbook ask` loads it, the cache folder, :func:`collect`'s items from it), after
+    the bench's header: what the benches built on bench/abstention.py's caches start with."""
+    print_header()
+    quiet()
+    from openbook.models.loading import cache_dir
+    from openbook.rag import RAG
+
+    work = Path(args.work) if args.work else cache_dir() / "bench" / "abstention"
+    rag = RAG.load()  # the shipped default, whose cached answers define "right today"
+    return rag, work, collect(rag, Path(args.data_dir), work, args.k, args.max_passages, top100=top100)
+
+
 def evaluate(items: list[dict], names: list[str], keep: float, rounds: int, seed: int) -> dict:
     """Each candidate of ``names`` (in ``abstention.SIGNALS``): its cross-validated figures on the development
     items and, fitted on all of them, its test AUC and abstention at 95% answered (module docs)."""
@@ -296,20 +298,17 @@ def main(argv=None) -> None:
     p.add_argument("--labels", default=None, metavar="FILE",
                    help="provenance labels (bench/abstention_provenance.py): leave out the unsupported right answers")
     args = p.parse_args(argv)
-    print_header()
-    quiet()
-    from openbook.models.loading import cache_dir
-    from openbook.rag import RAG
+    rag, work, items = shipped_items(args, top100=True)
+    items = items[:: args.limit or 1]
     from openbook.rag.abstain import abstain_features
 
-    work = Path(args.work) if args.work else cache_dir() / "bench" / "abstention"
-    rag = RAG.load()  # the shipped default, as `openbook ask` loads it
-    items = collect(rag, Path(args.data_dir), work, args.k, args.max_passages)[:: args.limit or 1]
     counts = {f"{s}:{k}": sum(it["split"] == s and it["kind"] == k for it in items)
               for s in ("dev", "test") for k in ("right", "absent", "deleted")}
     print(f"items from bench/abstention.py's caches: {counts}", flush=True)
     lps, hidden = cached_generator_pass(rag, items, args.layer, work)
     if args.labels:  # after the cached pass, whose key is every item
+        from _abstention_sets import read_labels, supported_only
+
         kept = {id(it) for it in supported_only(items, read_labels(Path(args.labels)))}
         rows = [i for i, it in enumerate(items) if id(it) in kept]
         items, lps, hidden = [items[i] for i in rows], lps[rows], hidden[rows]
