@@ -17,7 +17,7 @@ with the same instructions and without the first labels, read every unsupported 
 drawn at random, shuffled together (``bench/data/abstention-provenance-recheck.jsonl``); the bench prints how often
 the two agree.
 
-It then scores the shipped signal (``combined-6``, the six features) twice, as ``bench/abstention_signals.py``
+It then scores run 9's signal (``combined-6``, the six features) twice, as ``bench/abstention_signals.py``
 scores its candidates (cross-validated on the development set with 20 seeded two-fold splits by question;
 fitted on all of it for the test set's AUC and its abstention at 95% of right answers answered), first with every
 right answer on the answerable side, then with only the supported ones (the unsupported ones are left out, on
@@ -105,7 +105,7 @@ def main(argv=None) -> None:
     figures = {"labels": str(shown.relative_to(REPO)) if shown.is_relative_to(REPO) else args.labels,
                "threshold": threshold, "counts": counts, "second_reading": second}
     for name, group in (("all right answers", items), ("supported only", kept)):
-        f = evaluate(group, ["combined-6"], args.keep, args.rounds, args.seed)["combined-6"]  # the shipped six
+        f = evaluate(group, ["combined-6"], args.keep, args.rounds, args.seed)["combined-6"]  # run 9's six
         test_right = [it["f"] for it in group if it["split"] == "test" and it["kind"] == "right"]
         f["shipped_calibration"] = {kind: shipped_figures(threshold, test_right, [
             it["f"] for it in group if it["split"] == "test" and it["kind"] == kind]) for kind in ("absent", "deleted")}

@@ -40,7 +40,7 @@ def test_a_reader_sees_the_right_answers_only_without_scores_or_split(bench):
     for r in rows:
         assert set(r) == {"id", "question", "gold", "answer", "passages"}
         assert r["id"] == bench.item_id(r["question"]) and r["gold"] == GOLDS[r["question"]]
-        assert r["passages"] == [{"title": "Paris", "text": PASSAGES[0][3]}, {"title": "Berlin", "text": PASSAGES[1][3]}]
+        assert r["passages"] == [{"title": p[2], "text": p[3]} for p in PASSAGES]
     assert rows == bench.to_read(ITEMS, GOLDS, seed=0)  # a seeded order
 
 
