@@ -23,7 +23,9 @@ answers below is kept in the same folder):
 Each candidate is the shipped six plus one group, and all groups together. Scored as ``bench/abstention.py`` scores
 its candidates: 20 seeded two-fold splits of the development set by question (weights = a class-balanced logistic
 regression's direction, threshold keeping ``--keep`` of the fitting half's right answers), then, fitted on the whole
-development set, the AUC and the abstention at 95% of right answers answered on the fresh test set. The rule for a
+development set, the AUC and the abstention at 95% of right answers answered on the fresh test set (thresholds set
+on the test set itself: what any threshold could reach), and the test's figures at the threshold keeping ``--keep``
+of the development set's right answers (what a calibration reaches). The rule for a
 candidate to be worth shipping was fixed before the first run: cross-validated, it keeps at least 95% of the right
 answers and abstains on more of the unanswerable than the shipped signal does.
 
@@ -46,7 +48,18 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 from _abstention_sets import answer_all, ask_without, has_answer, judge_all, load_fresh, load_sets, retrieve_all, right  # noqa: E402
 from _common import nq_split, print_header, quiet  # noqa: E402
-from abstention import SIGNALS, auc, by_kind, cross_validate, curve_points, folds, set_arguments, share, signal_of  # noqa: E402
+from abstention import (  # noqa: E402
+    SIGNALS,
+    auc,
+    by_kind,
+    cross_validate,
+    curve_points,
+    folds,
+    set_arguments,
+    share,
+    signal_of,
+    threshold_keeping,
+)
 
 SHIPPED = SIGNALS["combined-6"]
 GROUPS = {"passages": ("gap", "entropy", "judge_lse", "judge_top", "holding", "in_title", "in_question"),
@@ -250,7 +263,9 @@ def shipped_items(args, top100: bool = False) -> tuple:
 
 def evaluate(items: list[dict], names: list[str], keep: float, rounds: int, seed: int) -> dict:
     """Each candidate of ``names`` (in ``abstention.SIGNALS``): its cross-validated figures on the development
-    items and, fitted on all of them, its test AUC and abstention at 95% answered (module docs)."""
+    items and, fitted on all of them, its test AUC, its abstention at 95% answered (module docs) and, at the threshold
+    keeping ``keep`` of the development right answers (as bench/abstention.py calibrates), the test's right answers
+    answered and unanswerable abstained on."""
     dev_a = [it for it in items if it["split"] == "dev" and it["kind"] == "right"]
     dev_u = [it for it in items if it["split"] == "dev" and it["kind"] != "right"]
     test_a = [it["f"] for it in items if it["split"] == "test" and it["kind"] == "right"]
@@ -263,12 +278,16 @@ def evaluate(items: list[dict], names: list[str], keep: float, rounds: int, seed
     for name in names:
         kept_rates, rates = cross_validate(name, a, u, keep, rounds, seed, keys)
         score, _ = signal_of(name, a, u)
+        t = threshold_keeping([score(f) for f in a], keep)
         out[name] = {"answered_right": round(share(kept_rates), 3), "abstain": by_kind(rates, kinds),
                      "dev_auc": round(auc([score(f) for f in a], [score(f) for f in u]), 4),
                      "test_auc": {kind: round(auc([score(f) for f in test_a], [score(f) for f in rows]), 4)
                                   for kind, rows in test_u.items()},
                      "test_at_95": {kind: curve_points([score(f) for f in test_a], [score(f) for f in rows])
-                                    .get("abstain_unanswerable_at_95_answered") for kind, rows in test_u.items()}}
+                                    .get("abstain_unanswerable_at_95_answered") for kind, rows in test_u.items()},
+                     "test_calibrated": {"answered": round(share([score(f) >= t for f in test_a]), 3),
+                                         **{kind: round(share([score(f) < t for f in rows]), 3)
+                                            for kind, rows in test_u.items()}}}
     return out
 
 
@@ -332,8 +351,9 @@ def main(argv=None) -> None:
         print(f"  {name:14s} keeps {f['answered_right']:.1%}, abstains on {f['abstain']['all']:.1%} (absent "
               f"{f['abstain']['absent']:.1%}, deleted {f['abstain']['deleted']:.1%}); development AUC "
               f"{f['dev_auc']:.3f}; test AUC {f['test_auc']['absent']:.3f} / {f['test_auc']['deleted']:.3f}, at 95% "
-              f"answered abstains on {f['test_at_95']['absent']:.1%} / {f['test_at_95']['deleted']:.1%}"
-              + ("  <- worth shipping by the rule" if f["worth_shipping"] else ""))
+              f"answered abstains on {f['test_at_95']['absent']:.1%} / {f['test_at_95']['deleted']:.1%}; calibrated, "
+              f"answers {f['test_calibrated']['answered']:.1%} and abstains on {f['test_calibrated']['absent']:.1%} / "
+              f"{f['test_calibrated']['deleted']:.1%}" + ("  <- worth shipping by the rule" if f["worth_shipping"] else ""))
     lowest_right(items, args.lowest)
     print(json.dumps({"items": counts, "layer": args.layer, "keep_target": args.keep, "candidates": figures}))
 

@@ -105,3 +105,19 @@ def test_the_generator_pass_is_kept_and_read_back(bench, tmp_path, monkeypatch):
     bench.cached_generator_pass(rag, items, 4, tmp_path)  # another layer is another reading
     bench.cached_generator_pass(rag, [{**items[0], "answer": "b"}], 3, tmp_path)  # and another answer
     assert calls == [3, 4, 3] and not list(tmp_path.glob("*.tmp.npz"))
+
+
+def test_the_calibrated_test_figures_use_the_development_threshold(bench):
+    """At the threshold keeping ``keep`` of the development right answers, the share of the test's right answers
+    over it and of each kind of unanswerable below it (one feature alone: no fit)."""
+    def item(split, kind, score, n):
+        return {"question": f"{split}-{kind}-{n}", "split": split, "kind": kind, "f": {"top_score": score}}
+
+    items = ([item("dev", "right", v, i) for i, v in enumerate(range(1, 11))]  # 1..10: keep 0.75 -> threshold 3
+             + [item("dev", "absent", v, i) for i, v in enumerate((0, 1, 2, 5))]
+             + [item("dev", "deleted", v, i) for i, v in enumerate((0, 4))]
+             + [item("test", "right", v, i) for i, v in enumerate((2, 3, 4, 9))]
+             + [item("test", "absent", v, i) for i, v in enumerate((1, 2, 3, 8, 0))]
+             + [item("test", "deleted", v, i) for i, v in enumerate((2.5, 7))])
+    got = bench.evaluate(items, ["top_score"], keep=0.75, rounds=2, seed=0)["top_score"]["test_calibrated"]
+    assert got == {"answered": 0.75, "absent": 0.6, "deleted": 0.5}
