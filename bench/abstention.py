@@ -113,18 +113,22 @@ def signal_of(name: str, answerable: list[dict], unanswerable: list[dict]):
     return (lambda f: combined_score(f, weights)), weights
 
 
-def shipped_figures(threshold: float, answerable: list[dict], unanswerable: list[dict]) -> dict:
-    """The shipped signal (``presets.ABSTAIN_SIGNAL`` and ``ABSTAIN_WEIGHTS``) at ``threshold`` on these features:
-    the share of the unanswerable abstained on and of the answerable still answered."""
+def shipped_score(f: dict) -> float:
+    """The shipped signal (``presets.ABSTAIN_SIGNAL`` and ``ABSTAIN_WEIGHTS``) of one answer's features."""
     from openbook.presets import ABSTAIN_SIGNAL, ABSTAIN_WEIGHTS
     from openbook.rag.abstain import combined_score
 
-    def score(f):
-        return f[ABSTAIN_SIGNAL] if ABSTAIN_SIGNAL in f else combined_score(f, ABSTAIN_WEIGHTS)
+    return f[ABSTAIN_SIGNAL] if ABSTAIN_SIGNAL in f else combined_score(f, ABSTAIN_WEIGHTS)
+
+
+def shipped_figures(threshold: float, answerable: list[dict], unanswerable: list[dict]) -> dict:
+    """The shipped signal at ``threshold`` on these features: the share of the unanswerable abstained on and of the
+    answerable still answered."""
+    from openbook.presets import ABSTAIN_SIGNAL, ABSTAIN_WEIGHTS
 
     return {"signal": ABSTAIN_SIGNAL, "weights": ABSTAIN_WEIGHTS, "threshold": threshold,
-            "test_abstain_unanswerable": round(share([score(f) < threshold for f in unanswerable]), 3),
-            "test_other_answered_right": round(share([score(f) >= threshold for f in answerable]), 3)}
+            "test_abstain_unanswerable": round(share([shipped_score(f) < threshold for f in unanswerable]), 3),
+            "test_other_answered_right": round(share([shipped_score(f) >= threshold for f in answerable]), 3)}
 
 
 def folds(keys: list, seed: int, n: int = 2) -> dict:

@@ -41,7 +41,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 from _abstention_sets import item_id, load_fresh, load_sets, read_labels, supported_only  # noqa: E402
 from _common import nq_split  # noqa: E402
-from abstention import set_arguments, shipped_figures  # noqa: E402
+from abstention import set_arguments, shipped_figures, shipped_score  # noqa: E402
 from abstention_signals import evaluate, shipped_items  # noqa: E402
 
 LABELS = REPO / "bench" / "data" / "abstention-provenance.jsonl"
@@ -119,10 +119,9 @@ def main(argv=None) -> None:
               f"{cal['absent']['test_abstain_unanswerable']:.1%} / {cal['deleted']['test_abstain_unanswerable']:.1%}")
     lucky = [it["f"] for it in items if it["split"] == "test" and it["kind"] == "right"
              and not labels[item_id(it["question"])]]
-    abstained = shipped_figures(threshold, [], lucky)["test_abstain_unanswerable"]
-    figures["unsupported_test_abstained"] = {"of": len(lucky), "abstained": round(abstained * len(lucky))}
-    print(f"the shipped calibration abstains on {round(abstained * len(lucky))} of the test set's {len(lucky)} "
-          "unsupported right answers")
+    abstained = sum(shipped_score(f) < threshold for f in lucky)
+    figures["unsupported_test_abstained"] = {"of": len(lucky), "abstained": abstained}
+    print(f"the shipped calibration abstains on {abstained} of the test set's {len(lucky)} unsupported right answers")
     print(json.dumps(figures))
 
 
