@@ -21,11 +21,12 @@ Two sets of questions the shipped default never trained on, each with two kinds 
 
 The features of each answer are :func:`openbook.rag.abstain.abstain_features` (top retrieval score, log p(y|x) per
 token, the p(z|x) of the passages containing the answer, its length in words, the share of the question's content
-words the passages mention, the passage judge's best logit, and its best logit among the passages holding the
-answer: ``scripts/train_judge.py`` trains the judge on the default's training questions only, none of either set).
-The candidate signals: the top score alone, the log-likelihood alone, the judge alone, run 1's ``top + w *
-logprob``, run 3's four features, run 5's five (``combined-5``), run 6's six (``combined-6``) and all seven
-(``combined``). Each is scored on the development set by repeated two-fold cross-validation, split by question
+words the passages mention, the passage judge's best logit, its best logit among the passages holding the
+answer (``scripts/train_judge.py`` trains the judge on the default's training questions only, none of either set),
+and the share of the question's content words the passage holding the answer mentions). The candidate signals: the
+top score alone, the log-likelihood alone, the judge alone, run 1's ``top + w * logprob``, run 3's four features,
+run 5's five (``combined-5``), run 6's six (``combined-6``), run 7's seven (``combined-7``) and all eight
+(``combined``, run 14). Each is scored on the development set by repeated two-fold cross-validation, split by question
 (weights = the direction of a class-balanced logistic regression, threshold = the largest keeping ``--keep`` of
 the fold's right answers); the one abstaining on most held-out-fold unanswerable of both kinds wins, is fitted
 on the whole development set, and only then is the test set scored: the share of the right answers still
@@ -77,7 +78,9 @@ SIGNALS = {"top_score": ("top_score",), "logprob": ("logprob",), "top+logprob": 
            "judge": ("judge",), "combined-4": ("top_score", "logprob", "support", "words"),
            "combined-5": ("top_score", "logprob", "support", "words", "coverage"),
            "combined-6": ("top_score", "logprob", "support", "words", "coverage", "judge"),
-           "combined": ("top_score", "logprob", "support", "words", "coverage", "judge", "judge_answer")}
+           "combined-7": ("top_score", "logprob", "support", "words", "coverage", "judge", "judge_answer"),
+           "combined": ("top_score", "logprob", "support", "words", "coverage", "judge", "judge_answer",
+                        "answer_coverage")}
 
 
 def interleave(*parts: list) -> list:

@@ -6,8 +6,9 @@ chosen and calibrated on data by ``bench/abstention.py`` (docs/results.md, "Abst
 (:func:`abstain_features`) are what one answer already carries: the top retrieval score d(z)^T q(x), the answer's
 log-likelihood per token, how much of p(z|x) lies on passages that contain the answer's words (an answer read
 from the book is in it; a guess mostly is not), the answer's length in words, how many of the question's
-content words the passages mention (a book that holds the answer usually names what the question asks about), and,
-for a model with a passage judge (:mod:`openbook.models.judge`, shipped with the default), the judge's best logit
+content words the passages mention (a book that holds the answer usually names what the question asks about), how
+many of them the passage the answer was found in mentions (an answer copied from a passage about something else is a
+guess), and, for a model with a passage judge (:mod:`openbook.models.judge`, shipped with the default), the judge's best logit
 that a passage read holds the answer, and its best logit among the passages the answer was found in (an answer
 copied from a passage the judge doubts is a weak one).
 
@@ -31,7 +32,7 @@ from openbook.errors import InputError
 from openbook.presets import ABSTAIN_SIGNAL, ABSTAIN_WEIGHTS
 
 # what abstain_features returns, in this order
-FEATURES = ("top_score", "logprob", "support", "words", "coverage", "judge", "judge_answer")
+FEATURES = ("top_score", "logprob", "support", "words", "coverage", "judge", "judge_answer", "answer_coverage")
 # the features that need the passage judge's logits
 JUDGED = ("judge", "judge_answer")
 _WORD = re.compile(r"\w+")
@@ -71,26 +72,29 @@ def abstain_features(question: str, answer: str, passages: Sequence[Seen], logpr
     d(z)^T q(x); ``logprob``, log p(y|x) per token (-inf when unknown); ``support``, the p(z|x) of the passages
     whose words contain the answer's words in order; ``words``, the answer's length in words; ``coverage``, the
     share of the question's content words found in a passage's title and text, averaged under p(z|x) (0 for a
-    question of stop words only); ``judge``, the largest passage-judge logit; ``judge_answer``, the largest
+    question of stop words only); ``answer_coverage``, the largest such share among the passages that contain the
+    answer's words (0 if none does); ``judge``, the largest passage-judge logit; ``judge_answer``, the largest
     passage-judge logit of the passages that contain the answer's words, the smallest of all if none does (both
     -inf when the passages were not judged)."""
     said, asked = words(answer), content_words(question)
-    support = coverage = 0.0
+    support = coverage = answer_coverage = 0.0
     judged = [seen[4] for seen in passages if len(seen) > 4 and seen[4] is not None]
     found: list[float] = []  # the judge's logits of the passages that contain the answer
     for _, p, title, text, *rest in passages:  # each passage's words read once, for every feature
         body = words(text)
+        named = set(body).union(words(title))
+        mentioned = sum(w in named for w in asked) / len(asked) if asked else 0.0
+        coverage += p * mentioned
         if _contains(body, said):
             support += p
+            answer_coverage = max(answer_coverage, mentioned)
             found += [rest[0]] if rest and rest[0] is not None else []
-        if asked:
-            seen = set(body).union(words(title))
-            coverage += p * sum(w in seen for w in asked) / len(asked)
     return {"top_score": float(max((seen[0] for seen in passages), default=-math.inf)),
             "logprob": float(logprob) if logprob is not None else -math.inf,
             "support": float(support), "words": float(len(said)), "coverage": float(coverage),
             "judge": float(max(judged, default=-math.inf)),
-            "judge_answer": float(max(found) if found else min(judged, default=-math.inf))}
+            "judge_answer": float(max(found) if found else min(judged, default=-math.inf)),
+            "answer_coverage": float(answer_coverage)}
 
 
 def combined_score(features: Mapping[str, float], weights: Mapping[str, float]) -> float:

@@ -60,11 +60,12 @@ def test_the_weights_point_to_the_separating_feature(bench):
     """Answerable and unanswerable differ only in log-likelihood: its weight grows large and positive, and
     cross-validation keeps about the share asked for while abstaining on nearly every unanswerable."""
     answerable = [{"top_score": 0.5 + 0.01 * (i % 3), "logprob": -0.2 - 0.01 * i, "support": 0.5,
-                   "words": 2.0, "coverage": 0.5, "judge": 1.0, "judge_answer": 0.5} for i in range(40)]
+                   "words": 2.0, "coverage": 0.5, "judge": 1.0, "judge_answer": 0.5, "answer_coverage": 0.5}
+                  for i in range(40)]
     unanswerable = [{**f, "logprob": f["logprob"] - 0.8} for f in answerable]
     weights = bench.fit_weights(answerable, unanswerable, bench.SIGNALS["combined"], steps=500)
     assert weights["logprob"] > 1.0
-    assert sum(abs(weights[name]) for name in ("support", "words", "coverage", "judge", "judge_answer")) < 1e-9
+    assert sum(abs(weights[name]) for name in bench.SIGNALS["combined"] if name not in ("top_score", "logprob")) < 1e-9
     kept, rates = bench.cross_validate("combined", answerable, unanswerable, 0.9, rounds=2, seed=0)
     assert bench.share(kept) >= 0.85 and bench.share(rates) >= 0.95 and len(kept) == len(answerable)
     assert bench.auc([2.0, 3.0], [0.0, 1.0]) == 1.0 and bench.auc([0.0], [1.0]) == 0.0

@@ -45,10 +45,10 @@ def test_the_features_are_read_from_the_answer_and_its_passages():
     f = abstain_features(ASKED, "zurich, Switzerland", PASSAGES, -1.5)
     # the answer's words in order, case and accents aside: in the last passage only (the second has "of" between);
     # the question's content words "largest", "city", "switzerland": 1 of 3 in the first passage, all in the
-    # second, 2 in the third (its title counts), averaged under p(z|x)
+    # second, 2 in the third (its title counts), averaged under p(z|x); the passage holding the answer mentions 2
     assert f == pytest.approx({"top_score": 0.7, "logprob": -1.5, "support": 0.375, "words": 2.0,
                                "coverage": (0.125 * 1 + 0.5 * 3 + 0.375 * 2) / 3, "judge": -math.inf,
-                               "judge_answer": -math.inf})
+                               "judge_answer": -math.inf, "answer_coverage": 2 / 3})
     assert tuple(f) == FEATURES
     judged = [seen + (logit,) for seen, logit in zip(PASSAGES, (-2.0, 1.5, None))]  # a judge's logits; one missing
     # judge_answer: the best logit of the passages holding the answer; the third holds it but was not judged, so
@@ -59,10 +59,14 @@ def test_the_features_are_read_from_the_answer_and_its_passages():
     assert abstain_features(ASKED, "Zürich", judged, -1.5)["judge_answer"] == 1.5  # in the second and the third
     assert abstain_features(ASKED, "Zürich", PASSAGES, None)["support"] == pytest.approx(0.875)
     assert abstain_features(ASKED, "Switzerland Zurich", PASSAGES, -1.0)["support"] == 0.0  # order matters
+    # answer_coverage: the best of the passages holding the answer (the second names all three), 0 if none holds it
+    assert abstain_features(ASKED, "Zürich", PASSAGES, None)["answer_coverage"] == 1.0
+    assert abstain_features(ASKED, "Switzerland Zurich", PASSAGES, -1.0)["answer_coverage"] == 0.0
     empty = abstain_features("", "", [], None)
-    assert empty["support"] == empty["words"] == empty["coverage"] == 0.0
+    assert empty["support"] == empty["words"] == empty["coverage"] == empty["answer_coverage"] == 0.0
     assert empty["top_score"] == empty["logprob"] == -math.inf
-    assert abstain_features("Who is it?", "x", PASSAGES, None)["coverage"] == 0.0  # stop words only
+    stop_only = abstain_features("Who is it?", "Lyon", PASSAGES, None)  # a question of stop words only
+    assert stop_only["coverage"] == stop_only["answer_coverage"] == 0.0 and stop_only["support"] == 0.125
     assert content_words("What is the city, the CITY of Zürich?") == ["city", "zurich"]
 
 
