@@ -62,5 +62,5 @@ PRESETS = {preset.name: preset for preset in (INTERACTIVE, PAPER)}
 # shipped default (stored in its run.json), by `PYTHONPATH=. python bench/abstention.py --labels
 # bench/data/abstention-provenance.jsonl` (docs/results.md, "Abstention").
 ABSTAIN_SIGNAL = "combined"
-ABSTAIN_WEIGHTS = {"top_score": 6.5719, "logprob": 2.2169, "support": 1.4998, "words": -0.0601, "coverage": 0.9277,
-                   "judge": 1.0966, "judge_answer": -0.2675}
+ABSTAIN_WEIGHTS = {"top_score": 7.3412, "logprob": 2.2351, "support": 1.3949, "words": -0.0557, "coverage": -0.7589,
+                   "judge": 1.2899, "judge_answer": -0.5146, "answer_coverage": 1.7963}
