@@ -1,12 +1,12 @@
-"""Candidate abstention signals beyond the shipped six, scored as bench/abstention.py scores its own.
+"""Candidate abstention signals beyond the shipped features, scored as bench/abstention.py scores its own.
 
 Does anything else the retriever or the generator knows rank bench/abstention.py's questions better than the
 shipped signal?
 
-The shipped signal (``combined-6`` of ``bench/abstention.py``) weighs six features of one answer and its k passages.
-This bench adds four groups of candidates and scores each with the same protocol, on the same sets and cached
-answers (run ``bench/abstention.py`` first; nothing is asked again here, and the generator's reading of the
-answers below is kept in the same folder):
+The shipped signal (``combined`` of ``bench/abstention.py``) weighs features of one answer and its k passages: the
+baseline here, run 9's six in runs 11-13 and the eight since run 14. This bench adds four groups of candidates and
+scores each with the same protocol, on the same sets and cached answers (run ``bench/abstention.py`` first; nothing
+is asked again here, and the generator's reading of the answers below is kept in the same folder):
 
 * **passages**: more of what the k passages already carry, free at ask time: the gap between the first and second
   retrieval scores, the entropy of p(z|x), the judge's soft maximum (log-sum-exp) and its logit of the top passage,
@@ -20,7 +20,7 @@ answers below is kept in the same folder):
   passage read): a ridge direction fitted on the development set, its logit out of fold (five folds by question)
   there and fitted on the whole development set for the test set.
 
-Each candidate is the shipped six plus one group, and all groups together. Scored as ``bench/abstention.py`` scores
+Each candidate is the shipped features plus one group, and all groups together. Scored as ``bench/abstention.py`` scores
 its candidates: 20 seeded two-fold splits of the development set by question (weights = a class-balanced logistic
 regression's direction, threshold keeping ``--keep`` of the fitting half's right answers), then, fitted on the whole
 development set, the AUC and the abstention at 95% of right answers answered on the fresh test set (thresholds set
@@ -61,7 +61,7 @@ from abstention import (  # noqa: E402
     threshold_keeping,
 )
 
-SHIPPED = SIGNALS["combined-6"]
+SHIPPED = SIGNALS["combined"]
 GROUPS = {"passages": ("gap", "entropy", "judge_lse", "judge_top", "holding", "in_title", "in_question"),
           "top 100": ("spread", "lead", "z_score"),
           "closed book": ("lp_top", "lp_empty", "lift"),

@@ -8,9 +8,9 @@ log-likelihood per token, how much of p(z|x) lies on passages that contain the a
 from the book is in it; a guess mostly is not), the answer's length in words, how many of the question's
 content words the passages mention (a book that holds the answer usually names what the question asks about), how
 many of them the passage the answer was found in mentions (an answer copied from a passage about something else is a
-guess), and, for a model with a passage judge (:mod:`openbook.models.judge`, shipped with the default), the judge's best logit
-that a passage read holds the answer, and its best logit among the passages the answer was found in (an answer
-copied from a passage the judge doubts is a weak one).
+guess), and, for a model with a passage judge (:mod:`openbook.models.judge`, shipped with the default), the judge's
+best logit that a passage read holds the answer, and its best logit among the passages the answer was found in (an
+answer copied from a passage the judge doubts is a weak one).
 
 A threshold only means something for the models it was calibrated on, so it travels with the model: the shipped
 default's ``run.json`` holds it (``"abstain": {"signal": ..., "weights": ..., "threshold": ...}``),
