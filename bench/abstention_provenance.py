@@ -76,8 +76,6 @@ def main(argv=None) -> None:
     p.add_argument("--export", default=None, metavar="FILE", help="write the right answers to read, and stop")
     args = p.parse_args(argv)
     rag, _, items = shipped_items(args)
-    from openbook.rag.abstain import abstain_features
-
     data_dir = Path(args.data_dir)
     if args.export:
         nq, other = load_sets(data_dir)
@@ -87,8 +85,6 @@ def main(argv=None) -> None:
         print(f"{len(rows)} right answers to read in {args.export}")
         return
     labels = read_labels(Path(args.labels))
-    for it in items:
-        it["f"] = abstain_features(it["question"], it["answer"], it["passages"], it["logprob"])
     kept = supported_only(items, labels)
     counts = {}
     for split in ("dev", "test"):

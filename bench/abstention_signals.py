@@ -205,8 +205,9 @@ def top_scores(rag, questions: list[str], n: int = 100) -> dict[str, list[float]
 
 def collect(rag, data_dir: Path, work: Path, k: int, max_passages: int, top100: bool = True) -> list[dict]:
     """bench/abstention.py's scored items, from its caches: each ``{question, answer, logprob, passages, split
-    ("dev"/"test"), kind ("right"/"absent"/"deleted"), top100}``, a deleted-answer item's passages and top 100
-    from its own book, which ``book`` names. Without ``top100`` the top 100 scores are not retrieved (None)."""
+    ("dev"/"test"), kind ("right"/"absent"/"deleted"), top100, f}``, a deleted-answer item's passages and top 100
+    from its own book, which ``book`` names, and ``f`` its :func:`openbook.rag.abstain.abstain_features`. Without
+    ``top100`` the top 100 scores are not retrieved (None)."""
     nq, other = load_sets(data_dir)
     fresh = load_fresh(data_dir, len(nq_split(data_dir)[0]))
     passages = retrieve_all(rag, nq + other + fresh, k)
@@ -245,6 +246,10 @@ def collect(rag, data_dir: Path, work: Path, k: int, max_passages: int, top100: 
             items.append({"question": q, "answer": g["answer"], "logprob": g["logprob"],
                           "passages": asked["passages"][q], "split": split, "kind": "deleted", "top100": scores.get(q),
                           "book": name})
+    from openbook.rag.abstain import abstain_features
+
+    for it in items:
+        it["f"] = abstain_features(it["question"], it["answer"], it["passages"], it["logprob"])
     return items
 
 
@@ -319,8 +324,6 @@ def main(argv=None) -> None:
     args = p.parse_args(argv)
     rag, work, items = shipped_items(args, top100=True)
     items = items[:: args.limit or 1]
-    from openbook.rag.abstain import abstain_features
-
     counts = {f"{s}:{k}": sum(it["split"] == s and it["kind"] == k for it in items)
               for s in ("dev", "test") for k in ("right", "absent", "deleted")}
     print(f"items from bench/abstention.py's caches: {counts}", flush=True)
@@ -335,8 +338,7 @@ def main(argv=None) -> None:
     dev = np.array([it["split"] == "dev" for it in items])
     probe = probe_logits(hidden, y, dev, [it["question"] for it in items], args.seed)
     for it, (top, empty), logit in zip(items, lps, probe):
-        it["f"] = {**abstain_features(it["question"], it["answer"], it["passages"], it["logprob"]),
-                   **passage_features(it["question"], it["answer"], it["passages"]), **top100_features(it["top100"]),
+        it["f"] = {**it["f"], **passage_features(it["question"], it["answer"], it["passages"]), **top100_features(it["top100"]),
                    "lp_top": top, "lp_empty": empty, "lift": top - empty, "probe": float(logit)}
     names = {"shipped": SHIPPED, **{f"+ {g}": SHIPPED + f for g, f in GROUPS.items()},
              "+ all": SHIPPED + tuple(f for group in GROUPS.values() for f in group)}
