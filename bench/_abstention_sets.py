@@ -118,16 +118,17 @@ def item_id(question: str) -> str:
     return hashlib.sha256(question.encode("utf-8")).hexdigest()[:12]
 
 
-def read_labels(path: Path) -> dict[str, bool]:
-    """id -> supported, from a JSON Lines file of ``{id, supported, ...}``: the provenance labels of the right
-    answers today (``bench/data/abstention-provenance.jsonl``)."""
+def read_labels(path: Path, key: str = "supported") -> dict[str, bool]:
+    """id -> the label ``key``, from a JSON Lines file of ``{id, <key>, ...}``: by default the provenance labels of
+    the right answers today (``bench/data/abstention-provenance.jsonl``); ``held`` for the read labels of the
+    unanswerable side (``bench/data/abstention-unanswerable.jsonl``)."""
     labels = {}
     for n, line in enumerate(Path(path).read_text(encoding="utf-8").splitlines(), 1):
         if line.strip():
             row = json.loads(line)
-            if not isinstance(row.get("supported"), bool):
-                raise SystemExit(f"{path}:{n}: 'supported' must be true or false")
-            labels[row["id"]] = row["supported"]
+            if not isinstance(row.get(key), bool):
+                raise SystemExit(f"{path}:{n}: {key!r} must be true or false")
+            labels[row["id"]] = row[key]
     return labels
 
 
