@@ -59,6 +59,17 @@ def load_fresh(data_dir: Path, nq_train: int) -> list[dict]:
     return [r for r in wq[used:] + ct[used:] if r["question"] not in seen]
 
 
+def golds_of(data_dir: Path) -> dict[str, dict]:
+    """Every question the abstention benches ask (held-out and fresh) -> its ``{question, answers, mode}``."""
+    nq, other = load_sets(data_dir)
+    return {r["question"]: r for r in nq + other + load_fresh(data_dir, len(nq_split(data_dir)[0]))}
+
+
+def write_rows(path: str | Path, rows: list[dict]) -> None:
+    """``rows`` as a JSON Lines file to read (the benches' ``--export``)."""
+    Path(path).write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), encoding="utf-8")
+
+
 def retrieve_all(rag, rows: list[dict], k: int) -> dict[str, list[tuple]]:
     """question -> its top k as ``(d(z)^T q(x), p(z|x), title, text)``, as `ask` reads them."""
     out = {}

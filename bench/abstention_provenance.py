@@ -39,8 +39,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
-from _abstention_sets import item_id, load_fresh, load_sets, read_labels, supported_only  # noqa: E402
-from _common import nq_split  # noqa: E402
+from _abstention_sets import golds_of, item_id, read_labels, supported_only, write_rows  # noqa: E402
 from abstention import set_arguments, shipped_figures, shipped_score  # noqa: E402
 from abstention_signals import evaluate, shipped_items  # noqa: E402
 
@@ -78,10 +77,8 @@ def main(argv=None) -> None:
     rag, _, items = shipped_items(args)
     data_dir = Path(args.data_dir)
     if args.export:
-        nq, other = load_sets(data_dir)
-        golds = {r["question"]: r["answers"] for r in nq + other + load_fresh(data_dir, len(nq_split(data_dir)[0]))}
-        rows = to_read(items, golds, args.seed)
-        Path(args.export).write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), encoding="utf-8")
+        rows = to_read(items, {q: r["answers"] for q, r in golds_of(data_dir).items()}, args.seed)
+        write_rows(args.export, rows)
         print(f"{len(rows)} right answers to read in {args.export}")
         return
     labels = read_labels(Path(args.labels))

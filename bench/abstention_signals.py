@@ -338,8 +338,9 @@ def main(argv=None) -> None:
     dev = np.array([it["split"] == "dev" for it in items])
     probe = probe_logits(hidden, y, dev, [it["question"] for it in items], args.seed)
     for it, (top, empty), logit in zip(items, lps, probe):
-        it["f"] = {**it["f"], **passage_features(it["question"], it["answer"], it["passages"]), **top100_features(it["top100"]),
-                   "lp_top": top, "lp_empty": empty, "lift": top - empty, "probe": float(logit)}
+        it["f"] = {**it["f"], **passage_features(it["question"], it["answer"], it["passages"]),
+                   **top100_features(it["top100"]), "lp_top": top, "lp_empty": empty, "lift": top - empty,
+                   "probe": float(logit)}
     names = {"shipped": SHIPPED, **{f"+ {g}": SHIPPED + f for g, f in GROUPS.items()},
              "+ all": SHIPPED + tuple(f for group in GROUPS.values() for f in group)}
     SIGNALS.update(names)  # the candidates, scored by bench/abstention.py's functions

@@ -45,8 +45,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
-from _abstention_sets import item_id, load_fresh, load_sets, read_labels, supported_only  # noqa: E402
-from _common import nq_split  # noqa: E402
+from _abstention_sets import golds_of, item_id, read_labels, supported_only, write_rows  # noqa: E402
 from abstention import bootstrap, curve_points, set_arguments, share, shipped_score  # noqa: E402
 from abstention_provenance import LABELS as PROVENANCE  # noqa: E402
 from abstention_provenance import agreement  # noqa: E402
@@ -109,12 +108,10 @@ def main(argv=None) -> None:
                    help="write the held questions' answers to read (after --labels), and stop")
     args = p.parse_args(argv)
     rag, _, items = shipped_items(args)
-    data_dir = Path(args.data_dir)
-    nq, other = load_sets(data_dir)
-    rows_of = {r["question"]: r for r in nq + other + load_fresh(data_dir, len(nq_split(data_dir)[0]))}
+    golds = {q: r["answers"] for q, r in golds_of(Path(args.data_dir)).items()}
     if args.export:
-        rows = to_read(items, {q: r["answers"] for q, r in rows_of.items()}, args.seed)
-        Path(args.export).write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), encoding="utf-8")
+        rows = to_read(items, golds, args.seed)
+        write_rows(args.export, rows)
         print(f"{len(rows)} unanswerable test questions to read in {args.export}")
         return
     held = read_labels(Path(args.labels), "held")
@@ -123,9 +120,8 @@ def main(argv=None) -> None:
     if missing:
         raise SystemExit(f"{len(missing)} unanswerable test questions have no label, e.g. {missing[0]!r}: read them")
     if args.export_answers:
-        rows = answers_to_read(items, {q: r["answers"] for q, r in rows_of.items()}, held, args.seed)
-        Path(args.export_answers).write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows),
-                                             encoding="utf-8")
+        rows = answers_to_read(items, golds, held, args.seed)
+        write_rows(args.export_answers, rows)
         print(f"{len(rows)} answers of held questions to read in {args.export_answers}")
         return
     second = agreement(held, read_labels(Path(args.recheck), "held"))
@@ -147,25 +143,24 @@ def main(argv=None) -> None:
         print(f"test, the shipped calibration (threshold {threshold}) answers {share(answered):.1%} of the "
               f"{len(answered)} {said} (CI {figures[name]['ci'][0]:.1%}-{figures[name]['ci'][1]:.1%})")
     for kind in KINDS:
-        rows = unanswerable(items, kind)
+        rows, read = unanswerable(items, kind), unanswerable(items, kind, held)
         in_book = [it for it in rows if held[item_id(it["question"])]]
         taken = [it for it in in_book if shipped_score(it["f"]) >= threshold]
         figures[kind] = {"held": len(in_book), "held_answered": len(taken),
                          "held_right": sum(right_read[item_id(it["question"])] for it in in_book),
                          "held_answered_right": sum(right_read[item_id(it["question"])] for it in taken),
                          "string_matched": abstention(threshold, supported_right, rows, args.seed),
-                         "read": abstention(threshold, supported_right, unanswerable(items, kind, held), args.seed),
+                         "read": abstention(threshold, supported_right, read, args.seed),
                          "read_both_sides_at_95_answered": curve_points(
-                             supported_right + held_right,
-                             [shipped_score(it["f"]) for it in unanswerable(items, kind, held)])
+                             supported_right + held_right, [shipped_score(it["f"]) for it in read])
                          .get("abstain_unanswerable_at_95_answered")}
         f = figures[kind]
         print(f"{kind}: {len(in_book)} of {len(rows)} questions have a passage that gives a gold answer; the model's "
               f"answer is right for {f['held_right']} of those, and the calibration answers {len(taken)}, "
               f"{f['held_answered_right']} of them right")
         for name in ("string_matched", "read"):
-            print(f"  {name.replace('_', ' '):14s} abstains on {f[name]['abstained']:.1%} of {f[name]['questions']} (CI "
-                  f"{f[name]['ci'][0]:.1%}-{f[name]['ci'][1]:.1%}); at 95% answered, any threshold: "
+            print(f"  {name.replace('_', ' '):14s} abstains on {f[name]['abstained']:.1%} of {f[name]['questions']} "
+                  f"(CI {f[name]['ci'][0]:.1%}-{f[name]['ci'][1]:.1%}); at 95% answered, any threshold: "
                   f"{f[name]['at_95_answered']:.1%}")
         print(f"  read, with the held questions answered right on the answerable side: at 95% answered, any "
               f"threshold: {f['read_both_sides_at_95_answered']:.1%}")
